@@ -1,0 +1,117 @@
+"""Command line: ``python -m sensorcep broker|simulate|run|summary``."""
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from . import broker
+from .settings import env_settings
+
+
+def _params(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--param wants name=value, got {item!r}")
+        out[name] = value
+    return out
+
+
+def cmd_broker(args) -> None:
+    settings = env_settings()
+    if args.action == "up":
+        address = broker.up(settings.kafka_bootstrap_servers)
+        print(f"Kafka broker up at {address} (data: {broker.DEFAULT_DATA_DIR})")
+    elif args.action == "down":
+        broker.down()
+        print("Kafka broker stopped (data kept)")
+    else:
+        print(broker.status())
+
+
+def cmd_simulate(args) -> None:
+    from . import simulator
+    from .kafka import client_config
+
+    settings = env_settings(events_topic=args.topic)
+    start = datetime.fromisoformat(args.start.replace("Z", "+00:00")) if args.start else None
+    config = simulator.SimulationConfig(
+        events=args.events, devices=args.devices, seed=args.seed, start=start, rate=args.rate,
+        malformed_share=args.malformed_share, anomaly_share=args.anomaly_share,
+        duplicate_share=args.duplicate_share, late_share=args.late_share, too_late_share=args.too_late_share,
+    )
+    broker.create_topics(settings.kafka_bootstrap_servers, {settings.events_topic: args.partitions})
+    sim = simulator.generate(config)
+    conf = client_config(settings)
+    simulator.produce(sim, conf.pop("bootstrap.servers"), settings.events_topic, progress=True, extra_config=conf)
+    if args.devices_table:
+        simulator.write_devices_table(settings, config.devices, config.seed)
+    counts = ", ".join(f"{k}={v:,}" for k, v in sorted(sim.summary().items()))
+    print(f"produced to {settings.events_topic}: {counts}; simulated span {config.resolved_start():%Y-%m-%d %H:%M:%S} -> {sim.end:%H:%M:%S} UTC")
+
+
+def cmd_run(args) -> None:
+    from .jobs import JobError, run
+
+    try:
+        out = run(args.task, _params(args.param))
+    except JobError as exc:
+        print(f"✘ {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    print(f"executed notebooks saved in {out}")
+
+
+def cmd_summary(args) -> None:
+    from .report import print_summary
+
+    print_summary(env_settings(), Path(args.runs) if args.runs else None)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sensorcep", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("broker", help="the local Kafka broker (noida-db)")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("simulate", help="produce simulated sensor events to Kafka")
+    p.add_argument("--events", type=int, default=200_000)
+    p.add_argument("--devices", type=int, default=1_000)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--rate", type=float, default=1_000.0, help="events per simulated second")
+    p.add_argument("--start", help="simulated start (ISO-8601); default: span ends now")
+    p.add_argument("--topic", default=None, help="default: the events_topic setting")
+    p.add_argument("--partitions", type=int, default=1, help="keep 1 on the local broker")
+    p.add_argument("--malformed-share", type=float, default=0.01)
+    p.add_argument("--anomaly-share", type=float, default=0.01)
+    p.add_argument("--duplicate-share", type=float, default=0.01)
+    p.add_argument("--late-share", type=float, default=0.02)
+    p.add_argument("--too-late-share", type=float, default=0.005)
+    p.add_argument("--devices-table", action="store_true", help="also write the devices dimension table")
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("run", help="run the bundle's pipeline job locally")
+    p.add_argument("--task", action="append", help="only these task keys (repeatable)")
+    p.add_argument("--param", action="append", help="name=value job parameter override (repeatable)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("summary", help="rows per table, quarantine reasons, last run's notebooks")
+    p.add_argument("--runs", help="runs folder to point at (default: newest)")
+    p.set_defaults(func=cmd_summary)
+
+    args = parser.parse_args(argv)
+    from .runtime import JavaMissingError
+
+    try:
+        args.func(args)
+    except (broker.BrokerError, JavaMissingError) as exc:
+        print(f"✘ {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Delta tables, the same call on both sides.
+
+Databricks: native Delta (``txnAppId``/``txnVersion`` make a micro-batch write idempotent).
+Locally: ``deltalake`` (delta-rs) writes real Delta tables with an application transaction per
+(writer, batch id), so a replayed micro-batch is skipped - the same guarantee.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Iterable
+
+from .runtime import is_databricks
+
+log = logging.getLogger(__name__)
+
+
+def committed_version(path: str, app_id: str) -> int | None:
+    """Last batch id committed to ``path`` by writer ``app_id`` (None if never)."""
+    if is_databricks():
+        return None  # Delta itself skips a txnAppId/txnVersion already committed
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(path).transaction_version(app_id)
+    except TableNotFoundError:
+        return None
+
+
+def write_batch(df, path: str, app_id: str, batch_id: int, partition_by: Iterable[str] = ()) -> bool:
+    """Append one micro-batch exactly once. Returns False when the batch was already committed."""
+    partition_by = list(partition_by)
+    if is_databricks():
+        writer = (
+            df.write.format("delta").mode("append").option("mergeSchema", "true")
+            .option("txnAppId", app_id).option("txnVersion", batch_id)
+        )
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
+        writer.save(path)
+        return True
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    done = committed_version(path, app_id)
+    if done is not None and done >= batch_id:
+        log.info("skip batch %s of %s: already in %s", batch_id, app_id, path)
+        return False
+    table = df.toArrow()
+    write_deltalake(
+        path,
+        table,
+        mode="append",
+        partition_by=partition_by or None,
+        schema_mode="merge",
+        commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app_id, version=batch_id)]),
+    )
+    return True
+
+
+def write_table(df, path: str, mode: str = "append", partition_by: Iterable[str] = ()) -> None:
+    """A plain (non-streaming) write, e.g. the devices dimension or tuning results."""
+    partition_by = list(partition_by)
+    if is_databricks():
+        writer = df.write.format("delta").mode(mode).option("mergeSchema", "true")
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
+        writer.save(path)
+        return
+    from deltalake import write_deltalake
+
+    write_deltalake(path, df.toArrow(), mode=mode, partition_by=partition_by or None,
+                    schema_mode="merge" if mode == "append" else "overwrite")
+
+
+def table_exists(path: str) -> bool:
+    if is_databricks():
+        from delta.tables import DeltaTable  # type: ignore[import-not-found]
+        from .runtime import get_spark
+
+        return DeltaTable.isDeltaTable(get_spark(), path)
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(path)
+
+
+def read_table(spark, path: str, version: int | None = None):
+    """A Spark DataFrame of the current (or a past) version of the Delta table at ``path``."""
+    if is_databricks():
+        reader = spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        return reader.load(path)
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path, version=version).to_pyarrow_table()
+    return spark.createDataFrame(table)
+
+
+def table_version(path: str) -> int:
+    if is_databricks():
+        from .runtime import get_spark
+
+        return get_spark().sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()["version"]
+    from deltalake import DeltaTable
+
+    return DeltaTable(path).version()

@@ -1,0 +1,92 @@
+"""Validate and parse raw Kafka records into sensor events, with a reason for every rejection.
+
+All in Spark SQL expressions (JVM, no Python UDF). A row is either a valid event (``reason`` is
+null) or a quarantine row with the first check it failed; nothing is dropped.
+"""
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from .settings import Settings, parse_duration
+
+EVENT_COLUMNS = ["device_id", "sensor_freq", "event_time"]
+INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
+NUMBER_PREFIXES = ("TINYINT", "SMALLINT", "INT", "BIGINT", "DECIMAL", "DOUBLE", "FLOAT")
+
+
+FAST_SCHEMA = "device_id string, sensor_freq double, event_time string, _corrupt string"
+
+
+def parse_events(raw: DataFrame, settings: Settings) -> DataFrame:
+    """Kafka rows -> device_id, sensor_freq, event_time, reason (+ raw value and Kafka coordinates).
+
+    Two paths: a typed ``from_json`` accepts the well-formed majority quickly and conservatively;
+    anything it is unsure of is parsed as a VARIANT, whose JSON types give the exact reason.
+    """
+    max_future_s = int(parse_duration(settings.max_future))
+    future_limit = F.current_timestamp() + F.expr(f"make_interval(0, 0, 0, 0, 0, 0, {max_future_s})")
+    fast = F.from_json(F.col("value").cast("string"), FAST_SCHEMA, {"columnNameOfCorruptRecord": "_corrupt"})
+    staged = raw.select(
+        "key", "value", "topic", "partition", "offset", F.col("timestamp").alias("kafka_timestamp"),
+        fast.alias("_j"),
+    ).select("*", F.expr("try_cast(_j.event_time as timestamp)").alias("_t"))
+    j = lambda name: F.col(f"_j.{name}")  # noqa: E731
+    dev = j("device_id")
+    fast_ok = (  # cheap checks only (no regex): anything doubtful takes the exact VARIANT path
+        F.col("_j").isNotNull() & j("_corrupt").isNull()
+        & (F.length(F.trim(dev)) > 0) & ~dev.isin("true", "false") & ~F.substring(dev, 1, 1).isin("[", "{")
+        & (F.expr("try_cast(_j.device_id as double)").isNull() | F.expr("try_cast(_j.device_id as bigint)").isNotNull())
+        & j("sensor_freq").isNotNull() & ~F.isnan(j("sensor_freq")) & (F.abs(j("sensor_freq")) != float("inf"))
+        & (F.substring(j("event_time"), 5, 1) == "-") & F.col("_t").isNotNull() & (F.col("_t") <= future_limit)
+        & F.expr("is_valid_utf8(value)")
+    )
+    staged = staged.select("*", fast_ok.alias("_ok"))
+    # the VARIANT path only ever sees the rows the fast path did not accept
+    variant = "try_parse_json(if(_ok, null, cast(value as string)))"
+    v_type = lambda field: F.expr(f"schema_of_variant(variant_get({variant}, '$.{field}'))")  # noqa: E731
+    v_device = F.expr(f"variant_get({variant}, '$.device_id', 'string')")
+    v_freq = F.expr(f"try_variant_get({variant}, '$.sensor_freq', 'double')")
+    v_time_text = F.expr(f"variant_get({variant}, '$.event_time', 'string')")
+    v_time = F.expr(f"try_cast(variant_get({variant}, '$.event_time', 'string') as timestamp)")
+    dev_t, freq_t, time_t = v_type("device_id"), v_type("sensor_freq"), v_type("event_time")
+    missing = lambda t: t.isNull() | (t == "VOID")  # noqa: E731 - absent or JSON null
+    slow_reason = (
+        F.when(F.col("value").isNull(), F.lit("empty value"))
+        .when(~F.expr("is_valid_utf8(value)"), F.lit("value is not valid UTF-8"))
+        .when(F.expr(variant).isNull(), F.lit("invalid JSON"))
+        .when(~F.expr(f"schema_of_variant({variant})").startswith("OBJECT"), F.lit("JSON value is not an object"))
+        .when(missing(dev_t), F.lit("missing field device_id"))
+        .when(~((dev_t == "STRING") | dev_t.isin(*INTEGER_TYPES)), F.concat(F.lit("device_id has wrong type "), dev_t))
+        .when(F.length(F.trim(v_device)) == 0, F.lit("device_id is empty"))
+        .when(missing(freq_t), F.lit("missing field sensor_freq"))
+        .when(~F.greatest(*[freq_t.startswith(p) for p in NUMBER_PREFIXES]), F.concat(F.lit("sensor_freq has wrong type "), freq_t))
+        .when(v_freq.isNull() | F.isnan(v_freq) | (F.abs(v_freq) == float("inf")), F.lit("sensor_freq is not a finite number"))
+        .when(missing(time_t), F.lit("missing field event_time"))
+        .when(time_t != "STRING", F.concat(F.lit("event_time has wrong type "), time_t))
+        .when(v_time.isNull(), F.concat(F.lit("unparseable event_time "), F.substring(v_time_text, 1, 64)))
+        .when(v_time > future_limit, F.lit(f"event_time more than {settings.max_future} in the future"))
+    )
+    return staged.select(
+        F.when(F.col("_ok"), j("device_id")).otherwise(v_device).alias("device_id"),
+        F.when(F.col("_ok"), j("sensor_freq")).otherwise(v_freq).alias("sensor_freq"),
+        F.when(F.col("_ok"), F.col("_t")).otherwise(v_time).alias("event_time"),
+        F.when(F.col("_ok"), F.lit(None).cast("string")).otherwise(slow_reason).alias("reason"),
+        "key", "value", "topic", "partition", "offset", "kafka_timestamp",
+    ).select(  # rejected rows carry no half-parsed fields
+        *[F.when(F.col("reason").isNull(), F.col(c)).alias(c) for c in EVENT_COLUMNS],
+        "reason", "key", "value", "topic", "partition", "offset", "kafka_timestamp",
+    )
+
+
+def valid_events(parsed: DataFrame) -> DataFrame:
+    return parsed.where(F.col("reason").isNull())
+
+
+def quarantine_rows(parsed: DataFrame) -> DataFrame:
+    """Rejected records with their raw bytes, Kafka coordinates and the reason."""
+    return parsed.where(F.col("reason").isNotNull()).select(
+        "key", F.col("value").alias("raw_value"), "topic", "partition", "offset", "kafka_timestamp",
+        "reason", F.current_timestamp().alias("quarantined_at"),
+        F.to_date("kafka_timestamp").alias("part_date"),
+    )

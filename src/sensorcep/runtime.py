@@ -1,0 +1,161 @@
+"""The one place that knows whether we run on Databricks or locally.
+
+Everything else asks this module for a SparkSession, for ``dbutils`` and for the connector format
+names, and never looks at the environment itself.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from functools import lru_cache
+
+#: environment variable the local job runner uses to hand job parameters to the widget stand-in
+PARAMS_ENV = "SENSORCEP_NOTEBOOK_PARAMS"
+
+#: Spark Python Data Source name of the local Kafka connector (Spark refuses the name "kafka")
+LOCAL_KAFKA_FORMAT = "kafka_py"
+
+OSS_ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+DATABRICKS_ROCKSDB_PROVIDER = "com.databricks.sql.streaming.state.RocksDBStateStoreProvider"
+HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+
+
+class JavaMissingError(RuntimeError):
+    pass
+
+
+def is_databricks() -> bool:
+    return "DATABRICKS_RUNTIME_VERSION" in os.environ
+
+
+def rocksdb_provider() -> str:
+    return DATABRICKS_ROCKSDB_PROVIDER if is_databricks() else OSS_ROCKSDB_PROVIDER
+
+
+def local_spark_conf(cores: int | None = None) -> dict[str, str]:
+    cores = cores or os.cpu_count() or 2
+    return {
+        "spark.master": f"local[{cores}]",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(cores),
+        "spark.default.parallelism": str(cores),
+        "spark.sql.streaming.stateStore.providerClass": OSS_ROCKSDB_PROVIDER,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.streaming.numRecentProgressUpdates": "1000",
+        "spark.sql.streaming.asyncLogPurge.enabled": "true",
+        "spark.scheduler.mode": "FAIR",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": os.environ.get("SENSORCEP_DRIVER_MEMORY", "6g"),
+        "spark.sql.adaptive.enabled": "false",
+        "spark.python.worker.reuse": "true",
+    }
+
+
+def check_java() -> str:
+    """Return the java executable or raise one clear sentence."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        raise JavaMissingError(
+            "Java 17 was not found: install a JDK 17 (e.g. `apt-get install openjdk-17-jre-headless`) "
+            "or set JAVA_HOME, then run the command again."
+        )
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    if '"1.' in out or not any(f'"{v}' in out for v in ("17", "18", "19", "20", "21", "22", "23", "24", "25")):
+        raise JavaMissingError(f"Spark 4 needs Java 17 or newer; {java} reports: {out.splitlines()[0] if out else '?'}")
+    return java
+
+
+@lru_cache(maxsize=1)
+def get_spark(app_name: str = "sensor-cep", extra_conf: tuple = ()):
+    """The SparkSession: the cluster's on Databricks, a tuned local one elsewhere."""
+    from pyspark.sql import SparkSession
+
+    if is_databricks():
+        return SparkSession.builder.getOrCreate()
+    check_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in {**local_spark_conf(), **dict(extra_conf)}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register_local_sources(spark)
+    return spark
+
+
+def register_local_sources(spark) -> None:
+    from .kafka_source import KafkaDataSource
+
+    spark.dataSource.register(KafkaDataSource)
+
+
+def kafka_format() -> str:
+    return "kafka" if is_databricks() else LOCAL_KAFKA_FORMAT
+
+
+# ------------------------------------------------------------------------------ dbutils
+class _LocalWidgets:
+    """Just enough of ``dbutils.widgets`` for notebooks to run unchanged locally.
+
+    Values come from the job parameters the local runner passes (``SENSORCEP_NOTEBOOK_PARAMS``),
+    falling back to the widget's default.
+    """
+
+    def __init__(self, params: dict[str, str] | None = None):
+        self._params = params if params is not None else json.loads(os.environ.get(PARAMS_ENV, "{}"))
+        self._defaults: dict[str, str] = {}
+
+    def text(self, name: str, defaultValue: str = "", label: str | None = None) -> None:
+        self._defaults[name] = defaultValue
+
+    dropdown = combobox = lambda self, name, defaultValue, choices=None, label=None: self.text(name, defaultValue)
+
+    def get(self, name: str) -> str:
+        if name in self._params:
+            return str(self._params[name])
+        if name in self._defaults:
+            return self._defaults[name]
+        raise ValueError(f"No widget named {name!r} is defined")
+
+    def getAll(self) -> dict[str, str]:
+        return {**self._defaults, **{k: str(v) for k, v in self._params.items()}}
+
+    def removeAll(self) -> None:
+        self._defaults.clear()
+
+
+class _LocalSecrets:
+    """Secrets from environment variables: scope ``s``, key ``k`` -> ``$S_K`` (upper case, - -> _)."""
+
+    def get(self, scope: str, key: str) -> str:
+        name = f"{scope}_{key}".upper().replace("-", "_")
+        if name not in os.environ:
+            raise KeyError(f"secret {scope}/{key} not found: set the environment variable {name}")
+        return os.environ[name]
+
+
+class LocalDbutils:
+    def __init__(self, params: dict[str, str] | None = None):
+        self.widgets = _LocalWidgets(params)
+        self.secrets = _LocalSecrets()
+
+
+def get_dbutils(params: dict[str, str] | None = None):
+    """Databricks' ``dbutils`` from the notebook namespace, or the local stand-in."""
+    if is_databricks():
+        try:
+            from IPython import get_ipython
+
+            return get_ipython().user_ns["dbutils"]
+        except (ImportError, AttributeError, KeyError):
+            from pyspark.dbutils import DBUtils  # type: ignore[import-not-found]
+
+            return DBUtils(get_spark())
+    return LocalDbutils(params)

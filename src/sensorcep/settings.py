@@ -1,0 +1,200 @@
+"""One typed settings object for the whole project.
+
+Every notebook reads its job parameters (Databricks widgets, or the local stand-in) into a
+:class:`Settings`; defaults live here and nowhere else. Table and checkpoint locations are derived
+from ``base_path`` deterministically so a restart finds its checkpoint.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Iterable, Mapping
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+LOCAL_BROKER = "127.0.0.1:9092"
+
+#: table names used by the pipeline (``<base_path>/tables/<name>``)
+TABLES = (
+    "bronze_events",
+    "quarantine_events",
+    "devices",
+    "sensor_samples",
+    "device_status",
+    "anomalies",
+    "alert_escalations",
+    "tuning_results",
+    "stream_progress",
+)
+
+
+class SettingsError(ValueError):
+    """A job parameter / widget value that cannot be used."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    kafka_bootstrap_servers: str = LOCAL_BROKER
+    events_topic: str = "sensor-events"
+    alerts_topic: str = "sensor-alerts"
+    acks_topic: str = "sensor-alert-acks"
+    escalations_topic: str = ""
+    base_path: str = str(PROJECT_ROOT / ".data")
+    trigger: str = "availableNow"
+    window_duration: str = "60 seconds"
+    slide_duration: str = "30 seconds"
+    watermark_delay: str = "30 seconds"
+    sample_scope: str = "window"
+    max_offsets_per_trigger: int = 100_000
+    device_timeout: str = "5 minutes"
+    anomaly_threshold: float = 0.0
+    ack_timeout: str = "10 minutes"
+    max_future: str = "1 day"
+    alerts_trigger: str = "availableNow"
+    tuning_preset: str = "quick"
+    kafka_secret_scope: str = ""
+    scheduler_pools: str = "sampling:1,alerts:2"
+    query_suffix: str = field(default="", metadata={"doc": "appended to query/checkpoint names"})
+
+    # ----------------------------------------------------------------- construction
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, object]) -> "Settings":
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise SettingsError(f"unknown parameter(s): {', '.join(unknown)}; known: {', '.join(known)}")
+        kwargs = {}
+        for name, value in values.items():
+            kwargs[name] = _coerce(name, known[name].type, value)
+        settings = cls(**kwargs)
+        settings.validate()
+        return settings
+
+    def replace(self, **changes) -> "Settings":
+        new = dataclasses.replace(self, **changes)
+        new.validate()
+        return new
+
+    def validate(self) -> None:
+        if self.sample_scope not in ("window", "device"):
+            raise SettingsError(f"sample_scope must be 'window' or 'device', not {self.sample_scope!r}")
+        for name in ("window_duration", "slide_duration", "watermark_delay", "device_timeout", "ack_timeout", "max_future"):
+            parse_duration(getattr(self, name), name)
+        if parse_duration(self.slide_duration) > parse_duration(self.window_duration):
+            raise SettingsError("slide_duration must not exceed window_duration")
+        parse_trigger(self.trigger)
+        parse_trigger(self.alerts_trigger)
+        if self.max_offsets_per_trigger < 0:
+            raise SettingsError("max_offsets_per_trigger must be >= 0 (0 = no limit)")
+        parse_pools(self.scheduler_pools)
+
+    # ----------------------------------------------------------------- derived locations
+    def table_path(self, name: str) -> str:
+        if name not in TABLES:
+            raise SettingsError(f"unknown table {name!r}; known: {', '.join(TABLES)}")
+        return f"{self.base_path.rstrip('/')}/tables/{name}"
+
+    def checkpoint_path(self, query: str) -> str:
+        return f"{self.base_path.rstrip('/')}/checkpoints/{self.query_name(query)}"
+
+    def query_name(self, query: str) -> str:
+        return f"{query}{self.query_suffix}"
+
+    @property
+    def window_seconds(self) -> int:
+        return int(parse_duration(self.window_duration))
+
+    @property
+    def slide_seconds(self) -> int:
+        return int(parse_duration(self.slide_duration))
+
+    @property
+    def watermark_seconds(self) -> int:
+        return int(parse_duration(self.watermark_delay))
+
+
+def _coerce(name: str, type_name, value):
+    type_name = type_name if isinstance(type_name, str) else type_name.__name__
+    if type_name == "int":
+        try:
+            return int(str(value).strip() or 0)
+        except ValueError:
+            raise SettingsError(f"{name} must be an integer, not {value!r}") from None
+    if type_name == "float":
+        try:
+            return float(value)
+        except ValueError:
+            raise SettingsError(f"{name} must be a number, not {value!r}") from None
+    return str(value)
+
+
+_UNITS = {
+    "ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001,
+    "s": 1, "sec": 1, "second": 1, "seconds": 1,
+    "m": 60, "min": 60, "minute": 60, "minutes": 60,
+    "h": 3600, "hour": 3600, "hours": 3600,
+    "d": 86400, "day": 86400, "days": 86400,
+}
+
+
+def parse_duration(text: str, name: str = "duration") -> float:
+    """'60 seconds', '5 minutes', '500 ms' -> seconds (float)."""
+    parts = str(text).strip().split()
+    if len(parts) == 1:
+        digits = parts[0].rstrip("abcdefghijklmnopqrstuvwxyz")
+        parts = [digits, parts[0][len(digits):] or "seconds"]
+    try:
+        number, unit = float(parts[0]), parts[1].lower()
+        return number * _UNITS[unit]
+    except (IndexError, KeyError, ValueError):
+        raise SettingsError(f"{name}: cannot read {text!r} as a duration like '30 seconds'") from None
+
+
+def parse_trigger(text: str) -> dict:
+    """Trigger parameter -> keyword arguments for ``DataStreamWriter.trigger``."""
+    if text in ("availableNow", "available_now"):
+        return {"availableNow": True}
+    if text in ("once",):
+        return {"once": True}
+    parse_duration(text, "trigger")
+    return {"processingTime": text}
+
+
+def parse_pools(text: str) -> dict[str, int]:
+    pools = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        pool, _, weight = item.partition(":")
+        try:
+            pools[pool] = int(weight or 1)
+        except ValueError:
+            raise SettingsError(f"scheduler_pools: bad weight in {item!r} (want name:weight)") from None
+    return pools
+
+
+def parameter_names() -> list[str]:
+    return [f.name for f in fields(Settings)]
+
+
+def defaults() -> dict[str, str]:
+    """Widget defaults: the field defaults, overridden by ``SENSORCEP_<NAME>`` environment variables
+    (how tests and the local runner point every notebook at another broker or base path)."""
+    return {f.name: os.environ.get(f"SENSORCEP_{f.name.upper()}", str(f.default)) for f in fields(Settings)}
+
+
+def settings_from_widgets(dbutils, names: Iterable[str]) -> Settings:
+    """Declare a text widget per name (default from :class:`Settings`) and read them all back."""
+    names = list(names)
+    defaults_ = defaults()
+    unknown = [n for n in names if n not in defaults_]
+    if unknown:
+        raise SettingsError(f"unknown widget(s): {', '.join(unknown)}")
+    for name in names:
+        dbutils.widgets.text(name, defaults_[name])
+    return Settings.from_mapping({name: dbutils.widgets.get(name) for name in names})
+
+
+def env_settings(**overrides) -> Settings:
+    """Settings from ``SENSORCEP_<NAME>`` environment variables plus explicit overrides."""
+    values = {**defaults(), **{k: v for k, v in overrides.items() if v is not None}}
+    return Settings.from_mapping(values)

@@ -1,0 +1,64 @@
+"""Shared test fixtures: one SparkSession and one real local Kafka broker per test session.
+
+The broker (noida-db) runs on its own port with its data in a temporary folder; the notebooks run
+by nbmake inherit ``SENSORCEP_*`` environment variables pointing them at it and at a temporary base
+path, with a small simulated data set already in their topic.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+TEST_BROKER = "127.0.0.1:19092"
+SESSION_DIR = Path(tempfile.mkdtemp(prefix="sensorcep-tests-"))
+NOTEBOOK_START = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
+
+
+def pytest_sessionstart(session):
+    from sensorcep import broker, simulator
+
+    os.environ.update({
+        "SENSORCEP_KAFKA_BOOTSTRAP_SERVERS": TEST_BROKER,
+        "SENSORCEP_BASE_PATH": str(SESSION_DIR / "notebooks"),
+        "SENSORCEP_EVENTS_TOPIC": "nb-sensor-events",
+        "SENSORCEP_ALERTS_TOPIC": "nb-sensor-alerts",
+        "SENSORCEP_ACKS_TOPIC": "nb-sensor-alert-acks",
+        "SENSORCEP_MAX_OFFSETS_PER_TRIGGER": "2000",
+        "SENSORCEP_DRIVER_MEMORY": "3g",
+    })
+    broker.up(TEST_BROKER, SESSION_DIR / "broker")
+    broker.create_topics(TEST_BROKER, ["nb-sensor-events", "nb-sensor-alerts", "nb-sensor-alert-acks"])
+    sim = simulator.generate(simulator.SimulationConfig(events=6_000, devices=50, seed=7, start=NOTEBOOK_START, rate=50))
+    simulator.produce(sim, TEST_BROKER, "nb-sensor-events")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from sensorcep import broker
+
+    broker.down(SESSION_DIR / "broker")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from sensorcep.runtime import get_spark
+
+    return get_spark()
+
+
+@pytest.fixture(scope="session")
+def bootstrap() -> str:
+    return TEST_BROKER
+
+
+@pytest.fixture
+def settings(tmp_path, request):
+    """Settings for one test: its own base path and topics (named after the test)."""
+    from sensorcep.settings import Settings
+
+    name = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")[:60]
+    return Settings(kafka_bootstrap_servers=TEST_BROKER, base_path=str(tmp_path), events_topic=f"ev-{name}",
+                    alerts_topic=f"al-{name}", acks_topic=f"ack-{name}", max_offsets_per_trigger=1_000)

@@ -1,0 +1,75 @@
+"""The bundle is the single source of truth for the job: validated offline, paths and widgets checked.
+
+A real `databricks bundle validate` needs a workspace login; the typed models of
+`databricks-bundles` stand in for it here (they reject unknown fields).
+"""
+import ast
+import json
+
+import nbformat
+import pytest
+import yaml
+from databricks.bundles.jobs import Job
+
+from sensorcep import jobs
+from sensorcep.settings import PROJECT_ROOT, parameter_names
+
+ROOT_YAML = yaml.safe_load((PROJECT_ROOT / "databricks.yml").read_text())
+
+
+def _job_yaml():
+    found = jobs.load_job()
+    return found["path"], found["job"]
+
+
+def _widgets_read(notebook) -> set[str]:
+    names = set()
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "settings_from_widgets":
+                names |= {elt.value for elt in node.args[1].elts}
+    return names
+
+
+def test_job_definition_parses_with_the_databricks_models():
+    _, job = _job_yaml()
+    model = Job.from_dict(job)
+    assert [t.task_key for t in model.tasks][0] == "ingest"
+
+
+def test_databricks_yml_has_dev_default_and_prod_targets():
+    assert ROOT_YAML["include"] == ["bundles/*.yml"]
+    assert ROOT_YAML["targets"]["dev"]["mode"] == "development" and ROOT_YAML["targets"]["dev"]["default"] is True
+    assert ROOT_YAML["targets"]["prod"]["mode"] == "production"
+
+
+def test_every_variable_used_is_declared_and_is_a_setting():
+    path, job = _job_yaml()
+    used = set(jobs.VAR.findall(path.read_text()))
+    declared = set(ROOT_YAML["variables"])
+    assert used <= declared
+    assert used - {"node_type_id"} <= set(parameter_names())
+
+
+@pytest.mark.parametrize("task", jobs.tasks(), ids=lambda t: t.key)
+def test_task_notebook_exists_and_reads_every_base_parameter(task):
+    assert task.notebook.exists(), task.notebook
+    assert set(task.parameters) <= _widgets_read(task.notebook)
+
+
+def test_tasks_run_in_dependency_order_with_local_values(monkeypatch):
+    monkeypatch.delenv("SENSORCEP_BASE_PATH", raising=False)
+    ordered = jobs.tasks(params={"base_path": "/tmp/x"})
+    seen = set()
+    for task in ordered:
+        assert set(task.depends_on) <= seen
+        seen.add(task.key)
+    assert ordered[0].parameters["base_path"] == "/tmp/x"
+    assert "${" not in json.dumps([t.parameters for t in ordered])
+
+
+def test_unknown_variable_is_a_clear_error():
+    with pytest.raises(jobs.JobError, match=r"\$\{var.nope\}"):
+        jobs.resolve("${var.nope}", {})

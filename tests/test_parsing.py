@@ -1,0 +1,49 @@
+"""Every record is a valid event or a quarantine row with the reason: pinned on a fixed set."""
+import pytest
+
+from sensorcep.parsing import parse_events
+from sensorcep.settings import Settings
+
+CASES = [
+    (b'{"device_id": "377412", "sensor_freq": 44.49, "event_time": "2023-04-12T10:15:03.120Z"}', None),
+    (b'{"device_id": 377412, "sensor_freq": -1, "event_time": "2023-04-12 10:15:03"}', None),
+    (b'{"device_id": "a", "sensor_freq": 0, "event_time": "2023-04-12T10:15:03+02:00"}', None),
+    (b'{"device_id": "a", "sensor_freq": 1.0, "event_time": "2023-04-12T10:15:03Z", "firmware": "1.2"}', None),
+    (b'{"device_id": true, "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}', "device_id has wrong type BOOLEAN"),
+    (b'{"device_id": 1.5, "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}', "device_id has wrong type DECIMAL(2,1)"),
+    (b'{"device_id": "", "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}', "device_id is empty"),
+    (b'{"device_id": null, "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}', "missing field device_id"),
+    (b'{"device_id": "a", "sensor_freq": "4.5", "event_time": "2023-04-12T10:15:03Z"}', "sensor_freq has wrong type STRING"),
+    (b'{"device_id": "a", "sensor_freq": 1e400, "event_time": "2023-04-12T10:15:03Z"}', "sensor_freq is not a finite number"),
+    (b'{"device_id": "a", "sensor_freq": NaN, "event_time": "2023-04-12T10:15:03Z"}', "invalid JSON"),
+    (b'{"device_id": "a", "event_time": "2023-04-12T10:15:03Z"}', "missing field sensor_freq"),
+    (b'{"device_id": "a", "sensor_freq": 4.5, "event_time": "yesterday"}', "unparseable event_time yesterday"),
+    (b'{"device_id": "a", "sensor_freq": 4.5, "event_time": 12345}', "event_time has wrong type BIGINT"),
+    (b'{"device_id": "a", "sensor_freq": 4.5}', "missing field event_time"),
+    (b'{"device_id": "a", "sensor_freq": 4.5, "event_time": "2999-01-01T00:00:00Z"}', "event_time more than 1 day in the future"),
+    (b'{"device_id": "a", ', "invalid JSON"),
+    (b'[1, 2]', "JSON value is not an object"),
+    (b'"text"', "JSON value is not an object"),
+    (b'\xff\xfe\x00', "value is not valid UTF-8"),
+    (None, "empty value"),
+]
+
+
+@pytest.fixture(scope="module")
+def parsed(spark):
+    rows = [(None, value, "t", 0, i, None) for i, (value, _) in enumerate(CASES)]
+    df = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp")
+    return {r["offset"]: r for r in parse_events(df, Settings()).collect()}
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[str(r) for _, r in CASES])
+def test_each_record_gets_its_reason(parsed, index):
+    assert parsed[index]["reason"] == CASES[index][1]
+
+
+def test_valid_records_are_typed_and_utc(parsed):
+    first, numeric_id, zoned = parsed[0], parsed[1], parsed[2]
+    assert (first["device_id"], first["sensor_freq"]) == ("377412", 44.49)
+    assert first["event_time"].isoformat() == "2023-04-12T10:15:03.120000"
+    assert numeric_id["device_id"] == "377412" and numeric_id["sensor_freq"] == -1.0
+    assert zoned["event_time"].isoformat() == "2023-04-12T08:15:03" and zoned["sensor_freq"] == 0.0
