@@ -1,0 +1,71 @@
+"""Ingest throughput: events/s from the broker into bronze, next to the raw confluent-kafka consume rate.
+
+    .venv/bin/python benchmarks/ingest.py --events 1000000
+
+Both figures come from the same run on the same topic; the ratio is the figure to compare across
+machines. Spark start-up is excluded (the session is started before the clock runs).
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+import uuid
+from datetime import datetime, timezone
+
+from confluent_kafka import Consumer, TopicPartition
+
+from sensorcep import broker, ingest, simulator
+from sensorcep.runtime import get_spark
+from sensorcep.settings import env_settings
+
+
+def raw_consume_rate(bootstrap: str, topic: str, expected: int) -> float:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "receive.message.max.bytes": 1_000_000_000,
+                         "fetch.max.bytes": 900_000_000})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    seen, started = 0, time.perf_counter()
+    while seen < expected:
+        seen += sum(1 for m in consumer.consume(20_000, 5.0) if m.error() is None)
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return seen / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=250_000, help="max_offsets_per_trigger")
+    args = parser.parse_args()
+
+    base = tempfile.mkdtemp(prefix="sensorcep-bench-")
+    topic = f"bench-ingest-{uuid.uuid4().hex[:8]}"
+    settings = env_settings(base_path=base, events_topic=topic, max_offsets_per_trigger=str(args.batch))
+    broker.up(settings.kafka_bootstrap_servers)
+    broker.create_topics(settings.kafka_bootstrap_servers, [topic])
+    sim = simulator.generate(simulator.SimulationConfig(events=args.events, seed=1,
+                                                        start=datetime(2026, 1, 1, tzinfo=timezone.utc)))
+    simulator.produce(sim, settings.kafka_bootstrap_servers, topic, progress=True)
+
+    raw = raw_consume_rate(settings.kafka_bootstrap_servers, topic, args.events)
+    spark = get_spark()
+    started = time.perf_counter()
+    query = ingest.start_ingest(spark, settings)
+    elapsed = time.perf_counter() - started
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    rate = args.events / elapsed
+    print(f"\nevents: {args.events:,} in {len(batches)} micro-batches of <= {args.batch:,}")
+    print(f"raw confluent-kafka consume : {raw:>12,.0f} events/s")
+    print(f"ingest Kafka -> bronze      : {rate:>12,.0f} events/s  ({elapsed:.1f} s)")
+    print(f"ratio ingest / raw          : {rate / raw:>12.3f}")
+    for p in batches:
+        d = p["durationMs"]
+        print(f"  batch {p['batchId']:>3}: {p['batchDuration']:>6,} ms  "
+              f"(latestOffset {d.get('latestOffset', 0)} ms, addBatch {d.get('addBatch', 0)} ms)")
+    shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
