@@ -15,24 +15,26 @@ BRONZE_COLUMNS = ["device_id", "sensor_freq", "event_time", "topic", "partition"
 
 
 def bronze_stream(raw: DataFrame, settings: Settings, devices: DataFrame | None = None) -> DataFrame:
-    """Valid events, deduplicated by (device_id, event_time), as one stream with the quarantine rows.
+    """Parsed records, deduplicated, in one pass over Kafka: valid events and quarantine rows together.
 
     Duplicates are re-deliveries, so they are recognised within ``watermark_delay`` of *arrival*
-    (the Kafka timestamp): bronze keeps every valid event, including ones too late for the
-    event-time operators downstream (those count them as dropped by watermark, not bronze).
+    (the Kafka timestamp, which every record has, valid or not): bronze keeps every valid event,
+    including ones too late for the event-time operators downstream, and a bad record is keyed by
+    its Kafka coordinates so it is never merged with another.
     """
     parsed = parse_events(raw, settings)
-    valid = (
-        parsed.where(F.col("reason").isNull())
+    dedup_key = F.when(
+        F.col("reason").isNull(), F.concat_ws("|", "device_id", F.col("event_time").cast("string"))
+    ).otherwise(F.concat_ws("|", F.lit("bad"), "topic", "partition", "offset"))
+    stream = (
+        parsed.withColumn("_dedup_key", dedup_key)
         .withWatermark("kafka_timestamp", settings.watermark_delay)
-        .dropDuplicatesWithinWatermark(["device_id", "event_time"])
-        .select(*BRONZE_COLUMNS, F.lit(None).cast("string").alias("reason"), F.lit(None).cast("binary").alias("raw_value"))
+        .dropDuplicatesWithinWatermark(["_dedup_key"])
+        .select(*BRONZE_COLUMNS, "reason", F.col("value").alias("raw_value"))
     )
     if devices is not None:
-        valid = valid.join(F.broadcast(devices), "device_id", "left")
-    bad = parsed.where(F.col("reason").isNotNull()).select(
-        *BRONZE_COLUMNS, "reason", F.col("value").alias("raw_value"))
-    return valid.unionByName(bad, allowMissingColumns=True)
+        stream = stream.join(F.broadcast(devices), "device_id", "left")
+    return stream
 
 
 def write_ingest_batch(settings: Settings, extra_columns: list[str]):
