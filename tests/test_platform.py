@@ -1,0 +1,45 @@
+"""Small platform pieces: Java check, broker start errors, simulator determinism, idempotent Delta writes."""
+import socket
+from datetime import datetime, timezone
+
+import pytest
+from deltalake import DeltaTable
+
+from sensorcep import broker, delta, simulator
+from sensorcep.runtime import JavaMissingError, check_java
+
+
+def test_missing_java_is_one_clear_sentence(monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent-jdk")
+    with pytest.raises(JavaMissingError, match=r"^Java 17 was not found: .*run the command again\.$"):
+        check_java()
+
+
+def test_busy_port_is_a_clear_broker_error(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(broker.BrokerError, match=f"port {port} .* already in use"):
+            broker.up(f"127.0.0.1:{port}", tmp_path / "broker")
+
+
+def test_simulator_is_deterministic_for_a_seed_and_has_every_kind():
+    config = simulator.SimulationConfig(events=20_000, devices=100, seed=5, start=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    a, b = simulator.generate(config), simulator.generate(config)
+    assert a.records.value.tolist() == b.records.value.tolist()
+    assert a.records.timestamp_ms.is_monotonic_increasing  # produced in arrival order
+    assert {"ontime", "late", "too_late", "duplicate", "malformed"} <= set(a.records.kind)
+    assert (a.valid.sensor_freq < 0).any() and len(a.distinct_valid) < len(a.valid)
+    other = simulator.generate(simulator.SimulationConfig(events=20_000, devices=100, seed=6, start=config.start))
+    assert other.records.value.tolist() != a.records.value.tolist()
+
+
+def test_a_replayed_micro_batch_is_written_once(spark, tmp_path):
+    path = str(tmp_path / "t")
+    df = spark.createDataFrame([(1, "2026-01-01")], "x int, part_date string")
+    assert delta.write_batch(df, path, "q:t", 0, ["part_date"]) is True
+    assert delta.write_batch(df, path, "q:t", 0, ["part_date"]) is False
+    assert delta.write_batch(df, path, "q:t", 1, ["part_date"]) is True
+    assert DeltaTable(path).to_pyarrow_table().num_rows == 2
+    assert delta.read_table(spark, path, version=0).count() == 1
