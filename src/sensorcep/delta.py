@@ -95,12 +95,3 @@ def read_table(spark, path: str, version: int | None = None):
     table = DeltaTable(path, version=version).to_pyarrow_table()
     return spark.createDataFrame(table)
 
-
-def table_version(path: str) -> int:
-    if is_databricks():
-        from .runtime import get_spark
-
-        return get_spark().sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()["version"]
-    from deltalake import DeltaTable
-
-    return DeltaTable(path).version()

@@ -79,10 +79,6 @@ def parse_events(raw: DataFrame, settings: Settings) -> DataFrame:
     )
 
 
-def valid_events(parsed: DataFrame) -> DataFrame:
-    return parsed.where(F.col("reason").isNull())
-
-
 def quarantine_rows(parsed: DataFrame) -> DataFrame:
     """Rejected records with their raw bytes, Kafka coordinates and the reason."""
     return parsed.where(F.col("reason").isNotNull()).select(
