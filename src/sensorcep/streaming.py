@@ -29,8 +29,6 @@ def start_query(
     trigger: str | None = None,
     pool: str | None = None,
     output_mode: str = "append",
-    sink_format: str | None = None,
-    sink_options: dict | None = None,
 ) -> StreamingQuery:
     trigger = trigger or settings.trigger
     spark = df.sparkSession
@@ -46,8 +44,6 @@ def start_query(
     )
     if foreach_batch is not None:
         writer = writer.foreachBatch(foreach_batch)
-    if sink_format:
-        writer = writer.format(sink_format).options(**(sink_options or {}))
     kwargs = parse_trigger(trigger)
     if "availableNow" in kwargs and not is_databricks():
         kwargs = {"processingTime": "0 seconds"}
