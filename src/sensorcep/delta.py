@@ -46,6 +46,8 @@ def write_batch(df, path: str, app_id: str, batch_id: int, partition_by: Iterabl
         log.info("skip batch %s of %s: already in %s", batch_id, app_id, path)
         return False
     table = df.toArrow()
+    if table.num_rows == 0 and committed_version(path, app_id) is not None:
+        return False  # nothing to add (stateful queries emit nothing in most batches)
     write_deltalake(
         path,
         table,
@@ -55,6 +57,16 @@ def write_batch(df, path: str, app_id: str, batch_id: int, partition_by: Iterabl
         commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app_id, version=batch_id)]),
     )
     return True
+
+
+def batch_writer(path: str, app_id: str, partition_by: Iterable[str] = ()):
+    """A ``foreachBatch`` function appending each micro-batch to ``path`` exactly once."""
+    partition_by = list(partition_by)
+
+    def write(batch, batch_id: int) -> None:
+        write_batch(batch, path, app_id, batch_id, partition_by)
+
+    return write
 
 
 def write_table(df, path: str, mode: str = "append", partition_by: Iterable[str] = ()) -> None:

@@ -1,0 +1,77 @@
+"""The sampling rule as a plain batch computation over a known micro-batch sequence: the test oracle.
+
+Written independently of :mod:`sensorcep.sampling` (plain Python sorting, no shared helper) so the
+two can check each other. It follows Spark's event-time semantics exactly:
+
+* the watermark of batch k is ``max(event time seen in batches < k) - delay`` (0 before any data);
+* a stateful operator drops, as too late, a row of batch k whose event time is <= the watermark of
+  batch k - 1 (Spark 3.4+: the late-row filter uses the previous batch's watermark);
+* a window [start, end) is emitted once the watermark reaches ``end``; after the last batch Spark
+  runs a no-data batch, so the final watermark is ``max(all event times) - delay``.
+
+An empty DataFrame in ``batches`` stands for a no-data batch (e.g. the one a run ends with).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pandas as pd
+
+
+def watermarks(batches: list[pd.DataFrame], delay_ms: int) -> list[int]:
+    """Watermark (ms) in effect for each batch, plus one entry for the final no-data batch."""
+    marks, max_ms = [0], None
+    for batch in batches:
+        if len(batch):
+            batch_max = int(batch.event_time_us.max()) // 1000
+            max_ms = batch_max if max_ms is None else max(max_ms, batch_max)
+        marks.append(max(marks[-1], max_ms - delay_ms) if max_ms is not None else marks[-1])
+    return marks
+
+
+def accepted_events(batches: list[pd.DataFrame], delay_ms: int) -> pd.DataFrame:
+    """The rows a stateful operator keeps (too-late rows removed)."""
+    marks = watermarks(batches, delay_ms)
+    kept = []
+    for k, batch in enumerate(batches):
+        late_mark = marks[k - 1] if k > 0 else 0
+        kept.append(batch[batch.event_time_us > late_mark * 1000])
+    return pd.concat(kept, ignore_index=True) if kept else pd.DataFrame()
+
+
+def reference_samples(batches: list[pd.DataFrame], window_s: int, slide_s: int, delay_s: int,
+                      scope: str = "window", anomaly_threshold: float = 0.0) -> pd.DataFrame:
+    """``sensor_samples`` rows (integer times) Spark must emit for this micro-batch sequence."""
+    window_us, slide_us = window_s * 1_000_000, slide_s * 1_000_000
+    final_mark_us = watermarks(batches, delay_s * 1000)[-1] * 1000
+    groups: dict[tuple, dict[tuple, tuple]] = defaultdict(dict)
+    for device, freq, t in accepted_events(batches, delay_s * 1000)[["device_id", "sensor_freq", "event_time_us"]].itertuples(index=False):
+        start = t - t % slide_us
+        while start > t - window_us:
+            key = (start,) if scope == "window" else (start, device)
+            event = (int(t), device, float(freq))
+            seen = groups[key].get((device, int(t)))
+            if seen is None or event < seen:  # a duplicate counts once: keep the smallest copy
+                groups[key][(device, int(t))] = event
+            start -= slide_us
+    rows = []
+    for key, events in groups.items():
+        start = key[0]
+        if start + window_us > final_mark_us:
+            continue  # still open
+        ordered = sorted(events.values())
+        n = len(ordered)
+        roles: dict[int, list[str]] = defaultdict(list)
+        roles[0].append("first")
+        roles[n // 2].append("middle")
+        roles[n - 1].append("last")
+        for i, (_, _, freq) in enumerate(ordered):
+            if freq < anomaly_threshold:
+                roles[i].append("anomaly")
+        for i in sorted(roles):
+            t, device, freq = ordered[i]
+            rows.append({"window_start_ms": start // 1000, "window_end_ms": (start + window_us) // 1000,
+                         "device_id": device, "sensor_freq": freq, "event_time_us": t, "roles": roles[i],
+                         "is_anomalous": int(freq < anomaly_threshold)})
+    columns = ["window_start_ms", "window_end_ms", "device_id", "sensor_freq", "event_time_us", "roles", "is_anomalous"]
+    return pd.DataFrame(rows, columns=columns)

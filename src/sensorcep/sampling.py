@@ -1,0 +1,183 @@
+"""02 sampling: the first, middle and last event of every sliding event-time window, plus every anomaly.
+
+The rule (:func:`pick_samples`) is a pure pandas function; the streaming part
+(:class:`WindowSampler`) only keeps each open window's events and calls it once, when the
+watermark passes the window's end:
+
+* the grouping key is the window start (``sample_scope = window``: all devices together) or
+  (window start, device id) (``sample_scope = device``);
+* ``handleInputRows`` appends ONE list-state element per key and micro-batch, the batch's events as
+  an Arrow IPC "chunk", and registers an event-time timer at the window end (registering the same
+  time twice is a no-op). Nothing already held is read or re-written: a batch costs the same
+  whether the window holds 10 or 100,000 events;
+* the timer reads the chunks, picks the samples and clears the window's state, so a window is
+  emitted once and never again (its timer and state are gone, and any later event for it is older
+  than the watermark, i.e. dropped as too late by Spark).
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from .settings import Settings
+
+ROLES = ("first", "middle", "last", "anomaly")
+ORDER = ["event_time_us", "device_id", "sensor_freq"]
+#: what the processor emits (times as integers; :func:`sample_stream` turns them into timestamps)
+PROCESSOR_OUTPUT = (
+    "window_start_ms long, window_end_ms long, device_id string, sensor_freq double, "
+    "event_time_us long, roles array<string>, is_anomalous int"
+)
+#: the columns of the Delta table ``sensor_samples``
+SAMPLE_COLUMNS = ["device_id", "sensor_freq", "event_time", "window_start", "window_end", "roles", "is_anomalous",
+                  "part_date"]
+CHUNK_SCHEMA = StructType([StructField("events", BinaryType())])
+_CHUNK_ARROW_SCHEMA = pa.schema([("device_id", pa.string()), ("sensor_freq", pa.float64()),
+                                 ("event_time_us", pa.int64())])
+
+
+def pick_samples(events: pd.DataFrame, anomaly_threshold: float = 0.0) -> pd.DataFrame:
+    """The samples of one window (or one device's window).
+
+    ``events``: columns ``device_id``, ``sensor_freq``, ``event_time_us`` in any order, duplicates
+    allowed. Duplicates (same device_id and event_time) count once (the copy with the smallest
+    sensor_freq is kept, so the choice does not depend on arrival order). In the order
+    (event_time, device_id, sensor_freq) the events at index 0, n // 2 and n - 1 are first, middle
+    and last; every event with sensor_freq < ``anomaly_threshold`` is an anomaly. Each chosen event
+    appears once with all its roles, in window order.
+    """
+    ordered = (
+        events[ORDER].sort_values(ORDER, kind="mergesort")
+        .drop_duplicates(["device_id", "event_time_us"], keep="first")
+        .reset_index(drop=True)
+    )
+    n = len(ordered)
+    if n == 0:
+        return ordered.assign(roles=pd.Series([], dtype=object), is_anomalous=pd.Series([], dtype="int32"))
+    anomalous = (ordered.sensor_freq.to_numpy() < anomaly_threshold)
+    chosen = np.union1d([0, n // 2, n - 1], np.flatnonzero(anomalous))
+    positions = {"first": 0, "middle": n // 2, "last": n - 1}
+    roles = []
+    for i in chosen.tolist():
+        these = [role for role, at in positions.items() if at == i]
+        if anomalous[i]:
+            these.append("anomaly")
+        roles.append(these)
+    samples = ordered.iloc[chosen].reset_index(drop=True)
+    samples["roles"] = roles
+    samples["is_anomalous"] = anomalous[chosen].astype("int32")
+    return samples
+
+
+# ------------------------------------------------------------------------------------ chunks
+def encode_chunk(events: pd.DataFrame) -> bytes:
+    table = pa.Table.from_pandas(events[["device_id", "sensor_freq", "event_time_us"]], schema=_CHUNK_ARROW_SCHEMA,
+                                 preserve_index=False)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, _CHUNK_ARROW_SCHEMA) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def decode_chunks(chunks: Iterator[bytes]) -> pd.DataFrame:
+    tables = [pa.ipc.open_stream(chunk).read_all() for chunk in chunks]
+    if not tables:
+        return _CHUNK_ARROW_SCHEMA.empty_table().to_pandas()
+    return pa.concat_tables(tables).to_pandas()
+
+
+# ------------------------------------------------------------------------------------ processor
+class WindowSampler(StatefulProcessor):
+    """Keyed by window start (and device): appends one chunk per micro-batch, samples at the window end."""
+
+    def __init__(self, window_ms: int, anomaly_threshold: float):
+        self.window_ms = window_ms
+        self.anomaly_threshold = anomaly_threshold
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.chunks = handle.getListState("chunks", CHUNK_SCHEMA)
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+        frames = list(rows)  # Arrow hands a group over in pieces of maxRecordsPerBatch rows
+        events = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        self.chunks.appendValue((encode_chunk(events),))
+        self.handle.registerTimer(int(key[0]) + self.window_ms)
+        return iter([])
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
+        events = decode_chunks(row[0] for row in self.chunks.get())
+        self.chunks.clear()
+        samples = pick_samples(events, self.anomaly_threshold)
+        if samples.empty:
+            return iter([])
+        start = int(key[0])
+        samples.insert(0, "window_end_ms", start + self.window_ms)
+        samples.insert(0, "window_start_ms", start)
+        yield samples[["window_start_ms", "window_end_ms", "device_id", "sensor_freq", "event_time_us", "roles",
+                       "is_anomalous"]]
+
+    def close(self) -> None:
+        pass
+
+
+def windowed_events(events: DataFrame, settings: Settings) -> DataFrame:
+    """Valid events with a watermark on event_time, one row per (event, sliding window it falls in)."""
+    window = F.window("event_time", settings.window_duration, settings.slide_duration)
+    return (
+        events.withWatermark("event_time", settings.watermark_delay)
+        .select("device_id", "sensor_freq", "event_time", window.alias("w"))
+        .select(
+            F.unix_millis(F.col("w.start")).alias("window_start_ms"),
+            "device_id", "sensor_freq", "event_time",
+            F.unix_micros("event_time").alias("event_time_us"),
+        )
+    )
+
+
+def sample_stream(events: DataFrame, settings: Settings) -> DataFrame:
+    """Parsed valid events -> the rows of ``sensor_samples`` (a window's rows appear once it closes)."""
+    keys = ["window_start_ms"] if settings.sample_scope == "window" else ["window_start_ms", "device_id"]
+    sampled = windowed_events(events, settings).groupBy(*keys).transformWithStateInPandas(
+        statefulProcessor=WindowSampler(settings.window_seconds * 1000, settings.anomaly_threshold),
+        outputStructType=PROCESSOR_OUTPUT,
+        outputMode="Append",
+        timeMode="EventTime",
+    )
+    return to_sample_rows(sampled)
+
+
+def to_sample_rows(processor_output: DataFrame) -> DataFrame:
+    """Processor output (integer times) -> the ``sensor_samples`` columns."""
+    event_time = F.timestamp_micros("event_time_us")
+    return processor_output.select(
+        "device_id", "sensor_freq", event_time.alias("event_time"),
+        F.timestamp_millis("window_start_ms").alias("window_start"),
+        F.timestamp_millis("window_end_ms").alias("window_end"),
+        "roles", "is_anomalous", F.to_date(event_time).alias("part_date"),
+    )
+
+
+QUERY = "sampling"
+
+
+def start_sampling(spark, settings: Settings, *, wait: bool = True, events: DataFrame | None = None):
+    """Run (availableNow) or start the sampling query: events -> ``sensor_samples`` (idempotent per batch).
+
+    ``events`` defaults to the valid events of the Kafka topic; tests pass a controlled stream.
+    """
+    from . import delta
+    from .ingest import valid_event_stream
+    from .streaming import run_available_now, start_query
+
+    events = events if events is not None else valid_event_stream(spark, settings)
+    writer = delta.batch_writer(settings.table_path("sensor_samples"), settings.query_name(QUERY), ["part_date"])
+    runner = run_available_now if wait else start_query
+    return runner(sample_stream(events, settings), settings, QUERY, foreach_batch=writer, pool="sampling")
