@@ -28,12 +28,15 @@ def pytest_sessionstart(session):
         "SENSORCEP_ALERTS_TOPIC": "nb-sensor-alerts",
         "SENSORCEP_ACKS_TOPIC": "nb-sensor-alert-acks",
         "SENSORCEP_MAX_OFFSETS_PER_TRIGGER": "2000",
+        "SENSORCEP_ALERTS_TRIGGER": "availableNow",
+        "SENSORCEP_DEVICE_TIMEOUT": "20 seconds",
         "SENSORCEP_DRIVER_MEMORY": "3g",
     })
     broker.up(TEST_BROKER, SESSION_DIR / "broker")
     broker.create_topics(TEST_BROKER, ["nb-sensor-events", "nb-sensor-alerts", "nb-sensor-alert-acks"])
     sim = simulator.generate(simulator.SimulationConfig(events=6_000, devices=50, seed=7, start=NOTEBOOK_START, rate=50))
     simulator.produce(sim, TEST_BROKER, "nb-sensor-events")
+    simulator.produce_records(simulator.acknowledgements(sim), TEST_BROKER, "nb-sensor-alert-acks")
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -1,9 +1,4 @@
 """01 ingest with the real broker and real Delta tables: exactly the valid distinct events land."""
-import os
-import signal
-import subprocess
-import sys
-import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -11,6 +6,7 @@ from deltalake import DeltaTable
 
 from sensorcep import ingest, simulator
 from sensorcep.broker import create_topics
+from crash import kill_after_first_commit
 
 pytestmark = pytest.mark.integration
 START = datetime(2026, 3, 1, 8, 0, tzinfo=timezone.utc)
@@ -57,20 +53,7 @@ def test_two_runs_land_exactly_the_valid_distinct_events(spark, settings):
 
 def test_killed_run_then_rerun_changes_nothing(spark, settings, tmp_path):
     sim = _produce(settings, 4_000, seed=3, start=START)
-    code = (
-        "from sensorcep import ingest; from sensorcep.runtime import get_spark; from sensorcep.settings import Settings;"
-        f"ingest.start_ingest(get_spark(), Settings(**{settings.__dict__!r}))"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    bronze_log = os.path.join(settings.table_path("bronze_events"), "_delta_log")
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:  # wait for the first committed batch, then kill
-        if os.path.isdir(bronze_log) and len(os.listdir(bronze_log)) >= 2:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the ingest run finished before it could be killed; use more events"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_after_first_commit("ingest.start_ingest", settings, "bronze_events")
     partial = len(_bronze_keys(settings))
     assert 0 < partial < len(sim.distinct_valid)
 

@@ -44,9 +44,17 @@ def cmd_simulate(args) -> None:
         duplicate_share=args.duplicate_share, late_share=args.late_share, too_late_share=args.too_late_share,
     )
     broker.create_topics(settings.kafka_bootstrap_servers, {settings.events_topic: args.partitions})
+    broker.create_topics(settings.kafka_bootstrap_servers, [t for t in (settings.alerts_topic, settings.acks_topic,
+                                                                        settings.escalations_topic) if t])
     sim = simulator.generate(config)
     conf = client_config(settings)
-    simulator.produce(sim, conf.pop("bootstrap.servers"), settings.events_topic, progress=True, extra_config=conf)
+    bootstrap = conf.pop("bootstrap.servers")
+    simulator.produce(sim, bootstrap, settings.events_topic, progress=True, extra_config=conf)
+    if args.acks_share > 0:
+        acks = simulator.acknowledgements(sim, settings.anomaly_threshold, args.acks_share)
+        simulator.produce_records(acks, bootstrap,
+                                  settings.acks_topic, extra_config=conf)
+        print(f"produced {len(acks):,} acknowledgements to {settings.acks_topic}")
     if args.devices_table:
         simulator.write_devices_table(settings, config.devices, config.seed)
     counts = ", ".join(f"{k}={v:,}" for k, v in sorted(sim.summary().items()))
@@ -91,6 +99,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--duplicate-share", type=float, default=0.01)
     p.add_argument("--late-share", type=float, default=0.02)
     p.add_argument("--too-late-share", type=float, default=0.005)
+    p.add_argument("--acks-share", type=float, default=0.7,
+                   help="share of alerts acknowledged on the acks topic (0-20 min after the event)")
     p.add_argument("--devices-table", action="store_true", help="also write the devices dimension table")
     p.set_defaults(func=cmd_simulate)
 

@@ -38,12 +38,12 @@ def bronze_stream(raw: DataFrame, settings: Settings, devices: DataFrame | None 
 
 
 def valid_event_stream(spark: SparkSession, settings: Settings) -> DataFrame:
-    """Kafka -> parsed valid events (device_id, sensor_freq, event_time), the input of 02 and 03.
+    """Kafka -> parsed valid events (device_id, sensor_freq, event_time, kafka_timestamp): input of 02 and 03.
 
     Bad records are not passed on: 01 ingest already quarantines them with their reason.
     """
     parsed = parse_events(read_kafka(spark, settings, settings.events_topic), settings)
-    return parsed.where(F.col("reason").isNull()).select("device_id", "sensor_freq", "event_time")
+    return parsed.where(F.col("reason").isNull()).select("device_id", "sensor_freq", "event_time", "kafka_timestamp")
 
 
 def write_ingest_batch(settings: Settings, extra_columns: list[str]):

@@ -149,3 +149,12 @@ def flush_progress(spark, settings: Settings, query=None, timeout: float = 30.0)
     if query is not None:
         listener.wait_terminated(str(query.id), timeout)
     listener.flush()
+
+
+def progress_frame(query, columns=("batch_id", "num_input_rows", "batch_duration_ms", "watermark",
+                                   "state_rows_total", "rows_dropped_by_watermark")):
+    """A query's recent progress as a small pandas table (one row per micro-batch)."""
+    import pandas as pd
+
+    rows = [progress_row(json.loads(p.json)) for p in query.recentProgress]
+    return pd.DataFrame(rows, columns=list(columns)) if rows else pd.DataFrame(columns=list(columns))

@@ -82,12 +82,33 @@ def get_spark(app_name: str = "sensor-cep", extra_conf: tuple = ()):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
-    for key, value in {**local_spark_conf(), **dict(extra_conf)}.items():
+    conf = {**local_spark_conf(), "spark.scheduler.allocation.file": fair_pools_file(), **dict(extra_conf)}
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register_local_sources(spark)
     return spark
+
+
+def fair_pools_file() -> str:
+    """A FAIR scheduler allocation file with the pools and weights of ``scheduler_pools`` (local session).
+
+    On Databricks the cluster's scheduler is already FAIR; a pool named by a query is created on first
+    use with weight 1 unless the cluster points ``spark.scheduler.allocation.file`` at such a file.
+    """
+    import tempfile
+
+    from .settings import defaults, parse_pools
+
+    pools = "".join(
+        f'<pool name="{name}"><schedulingMode>FAIR</schedulingMode><weight>{weight}</weight><minShare>0</minShare></pool>'
+        for name, weight in parse_pools(defaults()["scheduler_pools"]).items()
+    )
+    path = os.path.join(tempfile.gettempdir(), f"sensorcep-fairscheduler-{os.getpid()}.xml")
+    with open(path, "w") as out:
+        out.write(f'<?xml version="1.0"?><allocations>{pools}</allocations>')
+    return path
 
 
 def register_local_sources(spark) -> None:

@@ -181,3 +181,10 @@ def start_sampling(spark, settings: Settings, *, wait: bool = True, events: Data
     writer = delta.batch_writer(settings.table_path("sensor_samples"), settings.query_name(QUERY), ["part_date"])
     runner = run_available_now if wait else start_query
     return runner(sample_stream(events, settings), settings, QUERY, foreach_batch=writer, pool="sampling")
+
+
+def window_summary(samples: DataFrame) -> DataFrame:
+    """``sensor_samples`` -> one row per emitted window: samples and anomalies in it."""
+    return (samples.groupBy("window_start", "window_end")
+            .agg(F.count("*").alias("samples"), F.sum("is_anomalous").alias("anomalies"))
+            .orderBy("window_start"))

@@ -149,6 +149,12 @@ def _malformed(kind: str, device: str, freq: float, time: str) -> bytes:
 def produce(simulation: Simulation, bootstrap: str, topic: str, progress: bool = False,
             extra_config: dict | None = None) -> int:
     """Send every record to ``topic`` in arrival order (key = device id); returns the count."""
+    return produce_records(simulation.records, bootstrap, topic, progress, extra_config)
+
+
+def produce_records(records: pd.DataFrame, bootstrap: str, topic: str, progress: bool = False,
+                    extra_config: dict | None = None) -> int:
+    """Send ``records`` (columns key, value, timestamp_ms) to ``topic`` in order."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": False,  # noida-db 0.2.3 loses data across idempotent producer sessions
@@ -159,7 +165,6 @@ def produce(simulation: Simulation, bootstrap: str, topic: str, progress: bool =
         if err is not None:
             failures.append(err)
 
-    records = simulation.records
     bar = _progress(len(records), progress, f"producing to {topic}")
     for i, (key, value, ts) in enumerate(zip(records.key.tolist(), records.value.tolist(), records.timestamp_ms.tolist())):
         while True:
@@ -177,6 +182,31 @@ def produce(simulation: Simulation, bootstrap: str, topic: str, progress: bool =
     if failures or remaining:
         raise RuntimeError(f"{len(failures)} records failed and {remaining} were not delivered: {failures[:3]}")
     return len(records)
+
+
+def acknowledgements(simulation: Simulation, anomaly_threshold: float = 0.0, share: float = 0.7,
+                     max_delay_s: float = 1_200.0, seed: int | None = None) -> pd.DataFrame:
+    """Acks ({alert_id, acked_by, ack_time}) for a share of the simulated alerts, as Kafka records.
+
+    Each acked alert is acknowledged ``uniform(5 s, max_delay_s)`` after its event, so with the default
+    ``ack_timeout`` of 10 minutes about half of the acks come too late and those alerts escalate.
+    Records are in ack-time order, Kafka timestamp = ack time.
+    """
+    from .alerts import alert_id, rule_text
+
+    rng = np.random.default_rng(simulation.config.seed + 7 if seed is None else seed)
+    anomalies = simulation.distinct_valid[simulation.distinct_valid.sensor_freq < anomaly_threshold]
+    chosen = anomalies[rng.random(len(anomalies)) < share]
+    event_us = chosen.event_time.dt.tz_convert(None).astype("int64").to_numpy() // 1000
+    ack_us = event_us + (rng.uniform(5.0, max_delay_s, len(chosen)) * 1e6).astype(np.int64) // 1000 * 1000
+    rule = rule_text(anomaly_threshold)
+    ids = [alert_id(d, t, rule) for d, t in zip(chosen.device_id.tolist(), event_us.tolist())]
+    operators = rng.choice(["ops-anna", "ops-ben", "ops-chen"], len(chosen)).tolist()
+    values = [json.dumps({"alert_id": i, "acked_by": o, "ack_time": t}).encode()
+              for i, o, t in zip(ids, operators, _iso(ack_us))]
+    acks = pd.DataFrame({"key": [i.encode() for i in ids], "value": values, "timestamp_ms": ack_us // 1000,
+                         "alert_id": ids, "ack_time": pd.to_datetime(ack_us, unit="us", utc=True)})
+    return acks.sort_values("timestamp_ms", kind="mergesort").reset_index(drop=True)
 
 
 def _progress(total: int, enabled: bool, desc: str):

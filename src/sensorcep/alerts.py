@@ -1,0 +1,156 @@
+"""03 anomaly alerts: every anomalous event to Kafka as an alert, fast; unacknowledged alerts escalated.
+
+* :func:`alert_stream` is stateless: an event with ``sensor_freq < anomaly_threshold`` becomes an
+  alert whatever its lateness. Its ``alert_id`` is derived from the event (device, event time in
+  microseconds, rule), so a replayed micro-batch re-sends the *same* alert and consumers dedupe on it:
+  Kafka delivery is at least once, the Delta table ``anomalies`` exactly once.
+* :func:`escalation_stream` left-outer-joins alerts (read back from the alerts topic) with
+  acknowledgements on ``alert_id``, with watermarks on both sides and the bound
+  ``event_time <= ack_time <= event_time + ack_timeout``. An alert without a matching ack is emitted
+  once, when the watermark passes its bound, into ``alert_escalations``.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from . import delta
+from .kafka import read_kafka, write_kafka
+from .settings import Settings
+
+QUERY = "alerts"
+ESCALATION_QUERY = "escalations"
+ALERT_FIELDS = ["alert_id", "device_id", "sensor_freq", "event_time", "detected_at", "rule"]
+ALERT_SCHEMA = ("alert_id string, device_id string, sensor_freq double, event_time timestamp, "
+                "detected_at timestamp, rule string")
+ACK_SCHEMA = "alert_id string, acked_by string, ack_time timestamp"
+
+
+def rule_text(threshold: float) -> str:
+    return f"sensor_freq < {threshold:g}"
+
+
+def alert_id(device_id: str, event_time_us: int, rule: str) -> str:
+    """The alert id of an event, in plain Python (simulator, consumers, tests); equals :func:`alert_id_column`."""
+    return hashlib.sha256(f"{device_id}|{event_time_us}|{rule}".encode()).hexdigest()[:32]
+
+
+def alert_id_column(rule: str) -> Column:
+    key = F.concat_ws("|", F.col("device_id"), F.unix_micros("event_time").cast("string"), F.lit(rule))
+    return F.substring(F.sha2(key, 256), 1, 32)
+
+
+def alert_stream(events: DataFrame, settings: Settings) -> DataFrame:
+    """Valid events -> alerts (the ``anomalies`` columns). No watermark, no state: late events alert too."""
+    rule = rule_text(settings.anomaly_threshold)
+    return events.where(F.col("sensor_freq") < settings.anomaly_threshold).select(
+        alert_id_column(rule).alias("alert_id"), "device_id", "sensor_freq", "event_time",
+        F.current_timestamp().alias("detected_at"), F.lit(rule).alias("rule"), "kafka_timestamp",
+    )
+
+
+def kafka_records(alerts: DataFrame) -> DataFrame:
+    """Alerts -> Kafka records: key = device_id, value = JSON of the alert fields."""
+    return alerts.select(F.col("device_id").alias("key"), F.to_json(F.struct(*ALERT_FIELDS)).alias("value"))
+
+
+def write_alerts_batch(settings: Settings):
+    anomalies_path, app_id = settings.table_path("anomalies"), settings.query_name(QUERY)
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        batch = batch.persist()
+        try:
+            write_kafka(kafka_records(batch), settings, settings.alerts_topic)  # first: alerts are what is urgent
+            delta.write_batch(batch.withColumn("part_date", F.to_date("event_time")), anomalies_path, app_id,
+                              batch_id, ["part_date"])
+        finally:
+            batch.unpersist()
+
+    return write
+
+
+def start_alerts(spark: SparkSession, settings: Settings, *, wait: bool = True, events: DataFrame | None = None):
+    """Run (availableNow) or start (``alerts_trigger`` interval) the alert query in the ``alerts`` pool."""
+    from .ingest import valid_event_stream
+    from .streaming import run_available_now, start_query
+
+    events = events if events is not None else valid_event_stream(spark, settings.replace(trigger=settings.alerts_trigger))
+    runner = run_available_now if wait else start_query
+    return runner(alert_stream(events, settings), settings, QUERY, foreach_batch=write_alerts_batch(settings),
+                  trigger=settings.alerts_trigger, pool="alerts")
+
+
+def run_side_by_side(spark: SparkSession, settings: Settings):
+    """The alert query (pool ``alerts``) and the sampling query (pool ``sampling``) in one application.
+
+    Both are started before either is waited for, so they share the cores by FAIR pool weight
+    (``scheduler_pools``). With availableNow both run to the end of the topic; with interval triggers
+    they keep running and are returned running.
+    """
+    from . import sampling
+    from .streaming import finish
+
+    alerts_query = start_alerts(spark, settings, wait=False)
+    sampling_query = sampling.start_sampling(spark, settings, wait=False)
+    return finish(alerts_query, settings, settings.alerts_trigger), finish(sampling_query, settings)
+
+
+# ------------------------------------------------------------------------------ escalation
+def parse_json_records(raw: DataFrame, schema: str) -> DataFrame:
+    return raw.select(F.from_json(F.col("value").cast("string"), schema).alias("r"), "timestamp").select("r.*", "timestamp")
+
+
+def escalation_stream(alerts: DataFrame, acks: DataFrame, settings: Settings) -> DataFrame:
+    """Alerts with no ack within ``ack_timeout`` of the event (emitted once the watermark passes that bound)."""
+    alerts = alerts.where(F.col("alert_id").isNotNull() & F.col("event_time").isNotNull())
+    acks = acks.where(F.col("alert_id").isNotNull() & F.col("ack_time").isNotNull()).select(
+        F.col("alert_id").alias("ack_alert_id"), "acked_by", "ack_time")
+    a = alerts.withWatermark("event_time", settings.watermark_delay)
+    k = acks.withWatermark("ack_time", settings.watermark_delay)
+    bound = F.expr(f"event_time + INTERVAL {settings.ack_timeout}")
+    joined = a.join(
+        k, (F.col("alert_id") == F.col("ack_alert_id")) & (F.col("ack_time") >= F.col("event_time"))
+        & (F.col("ack_time") <= bound), "leftOuter")
+    return joined.where(F.col("ack_alert_id").isNull()).select(
+        *ALERT_FIELDS, bound.alias("ack_deadline"), F.current_timestamp().alias("escalated_at"),
+        F.lit(f"not acknowledged within {settings.ack_timeout}").alias("reason"),
+    )
+
+
+def write_escalations_batch(settings: Settings):
+    path, app_id = settings.table_path("alert_escalations"), settings.query_name(ESCALATION_QUERY)
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        batch = batch.persist()
+        try:
+            if settings.escalations_topic:
+                write_kafka(batch.select(F.col("device_id").alias("key"), F.to_json(F.struct(*batch.columns)).alias("value")),
+                            settings, settings.escalations_topic)
+            delta.write_batch(batch.withColumn("part_date", F.to_date("event_time")), path, app_id, batch_id, ["part_date"])
+        finally:
+            batch.unpersist()
+
+    return write
+
+
+def start_escalations(spark: SparkSession, settings: Settings, *, wait: bool = True):
+    """Alerts topic x acks topic -> ``alert_escalations``.
+
+    The watermark policy is ``max``: acknowledgements are sparse, and with Spark's default (``min``)
+    an hour without acks would hold every escalation back for that hour.
+    """
+    from .streaming import run_available_now, start_query
+
+    alerts = parse_json_records(read_kafka(spark, settings, settings.alerts_topic), ALERT_SCHEMA)
+    acks = parse_json_records(read_kafka(spark, settings, settings.acks_topic), ACK_SCHEMA)
+    runner = run_available_now if wait else start_query
+    policy = "spark.sql.streaming.multipleWatermarkPolicy"
+    previous = spark.conf.get(policy, "min")
+    spark.conf.set(policy, "max")  # read once, at the query's first batch, then kept in its checkpoint
+    try:
+        return runner(escalation_stream(alerts, acks, settings), settings, ESCALATION_QUERY,
+                      foreach_batch=write_escalations_batch(settings), pool="alerts")
+    finally:
+        spark.conf.set(policy, previous)

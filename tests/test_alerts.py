@@ -1,0 +1,149 @@
+"""03 anomaly alerts: content and alert_id, crash + restart, escalation semantics, FAIR pools side by side."""
+from __future__ import annotations
+
+import json
+import uuid
+
+import pandas as pd
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from deltalake import DeltaTable
+from pyspark.sql import functions as F
+
+from sensorcep import alerts, sampling, simulator
+from sensorcep.broker import create_topics
+from sensorcep.streaming import finish, start_query
+from crash import kill_after_first_commit
+from streams import T0, T0_US, batch_stream, events, write_batches
+
+pytestmark = pytest.mark.integration
+
+
+def consume_all(bootstrap: str, topic: str) -> list[tuple[bytes, dict]]:
+    """Every record of a one-partition topic: (key, JSON value)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "receive.message.max.bytes": 1_000_000_000})
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    consumer.assign([TopicPartition(topic, 0, low)])
+    records = []
+    while len(records) < high - low:
+        for message in consumer.consume(1_000, 5.0):
+            if message.error() is None:
+                records.append((message.key(), json.loads(message.value())))
+    consumer.close()
+    return records
+
+
+def test_alert_id_is_the_same_in_python_and_spark(spark):
+    frame = events(("dev-1", -2.0, 1.5), ("dev-2", -0.001, 3600.000001))
+    rows = spark.createDataFrame(frame.assign(event_time=pd.to_datetime(frame.event_time_us, unit="us", utc=True)))
+    got = rows.select("device_id", "event_time_us", alerts.alert_id_column("sensor_freq < 0").alias("id")).collect()
+    assert {(r.device_id, r.id) for r in got} == {
+        (r.device_id, alerts.alert_id(r.device_id, r.event_time_us, "sensor_freq < 0")) for r in got}
+    assert len({r.id for r in got}) == 2 and all(len(r.id) == 32 for r in got)
+
+
+def test_each_anomaly_becomes_one_alert_with_its_fields(spark, settings, tmp_path):
+    create_topics(settings.kafka_bootstrap_servers, [settings.alerts_topic])
+    batches = [events(("a", -1.5, 10), ("b", 0.0, 11), ("c", 3.0, 12)),
+               events(("d", -4.0, 200)),
+               events(("a", -2.5, 5))]  # 195 s behind: far too late for windows, still an alert
+    write_batches(tmp_path / "in", batches)
+    settings = settings.replace(alerts_trigger="availableNow")
+    alerts.start_alerts(spark, settings, events=batch_stream(spark, tmp_path / "in").withColumn("kafka_timestamp", F.col("event_time")))
+    records = consume_all(settings.kafka_bootstrap_servers, settings.alerts_topic)
+    by_id = {value["alert_id"]: (key, value) for key, value in records}
+    expected = {alerts.alert_id(d, T0_US + int(s * 1e6), "sensor_freq < 0"): (d, f) for d, f, s in
+                [("a", -1.5, 10), ("d", -4.0, 200), ("a", -2.5, 5)]}
+    assert len(records) == 3 and set(by_id) == set(expected)
+    for alert_id, (key, value) in by_id.items():
+        assert key.decode() == value["device_id"] == expected[alert_id][0]
+        assert value["sensor_freq"] == expected[alert_id][1] and value["rule"] == "sensor_freq < 0"
+        assert set(value) == set(alerts.ALERT_FIELDS)
+        assert pd.Timestamp(value["detected_at"]) >= pd.Timestamp(value["event_time"])
+    anomalies = DeltaTable(settings.table_path("anomalies")).to_pandas()
+    assert sorted(anomalies.alert_id) == sorted(expected)
+
+
+def test_crash_and_restart_alerts_every_anomaly_with_stable_ids(spark, settings):
+    create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic])
+    sim = simulator.generate(simulator.SimulationConfig(events=6_000, devices=30, seed=21, start=T0, rate=50,
+                                                        anomaly_share=0.05))
+    simulator.produce(sim, settings.kafka_bootstrap_servers, settings.events_topic)
+    settings = settings.replace(alerts_trigger="availableNow", max_offsets_per_trigger=500)
+    kill_after_first_commit("alerts.start_alerts", settings, "anomalies")
+    alerts.start_alerts(spark, settings)
+
+    anomalous = sim.valid[sim.valid.sensor_freq < 0]  # every anomalous record, re-sent copies included
+    expected = {alerts.alert_id(d, int(t.value // 1000), "sensor_freq < 0")
+                for d, t in zip(anomalous.device_id, anomalous.event_time)}
+    records = consume_all(settings.kafka_bootstrap_servers, settings.alerts_topic)
+    assert {v["alert_id"] for _, v in records} == expected, "every anomaly alerted at least once"
+    stable = {}
+    for _, value in records:  # a re-sent alert is the same alert: same id, same event
+        event = (value["device_id"], value["sensor_freq"], value["event_time"])
+        assert stable.setdefault(value["alert_id"], event) == event
+    assert len(records) >= len(anomalous)
+    anomalies = DeltaTable(settings.table_path("anomalies")).to_pandas()
+    assert len(anomalies) == len(anomalous), "Delta: each anomalous record exactly once"
+
+
+def _alert_record(device: str, seconds: float) -> dict:
+    event_us = T0_US + int(seconds * 1e6)
+    event_time = pd.Timestamp(event_us, unit="us", tz="UTC").strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {"alert_id": alerts.alert_id(device, event_us, "sensor_freq < 0"), "device_id": device,
+            "sensor_freq": -1.0, "event_time": event_time, "detected_at": event_time, "rule": "sensor_freq < 0"}
+
+
+def _produce_json(bootstrap: str, topic: str, values: list[dict]) -> None:
+    records = pd.DataFrame({"key": [b"k"] * len(values), "value": [json.dumps(v).encode() for v in values],
+                            "timestamp_ms": [int(T0.timestamp() * 1000)] * len(values)})
+    simulator.produce_records(records, bootstrap, topic)
+
+
+def test_escalation_only_for_alerts_not_acked_within_the_bound(spark, settings):
+    create_topics(settings.kafka_bootstrap_servers, [settings.alerts_topic, settings.acks_topic])
+    acked, never, acked_late, fresh = (_alert_record("a", 0), _alert_record("b", 10), _alert_record("c", 20),
+                                       _alert_record("d", 2_000))
+    _produce_json(settings.kafka_bootstrap_servers, settings.alerts_topic, [acked, never, acked_late, fresh])
+    ack_time = lambda s: (T0 + pd.Timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # noqa: E731
+    _produce_json(settings.kafka_bootstrap_servers, settings.acks_topic, [
+        {"alert_id": acked["alert_id"], "acked_by": "ops", "ack_time": ack_time(120)},      # within 10 min
+        {"alert_id": acked_late["alert_id"], "acked_by": "ops", "ack_time": ack_time(20 + 601)},  # too late
+    ])
+    alerts.start_escalations(spark, settings)
+    alerts.start_escalations(spark, settings)  # a second run adds nothing
+    escalated = DeltaTable(settings.table_path("alert_escalations")).to_pandas()
+    # the watermark (max event/ack time 2,000 s - 30 s) has passed a, b and c's bounds, not d's
+    assert sorted(escalated.alert_id) == sorted([never["alert_id"], acked_late["alert_id"]])
+    assert set(escalated.reason) == {"not acknowledged within 10 minutes"}
+
+
+def test_alert_and_sampling_queries_run_side_by_side_in_their_pools(spark, settings):
+    create_topics(settings.kafka_bootstrap_servers, [settings.events_topic])
+    sim = simulator.generate(simulator.SimulationConfig(events=3_000, devices=20, seed=4, start=T0, rate=50))
+    simulator.produce(sim, settings.kafka_bootstrap_servers, settings.events_topic)
+    settings = settings.replace(alerts_trigger="availableNow", max_offsets_per_trigger=300)
+    from sensorcep.ingest import valid_event_stream
+
+    pools: dict[str, set] = {"alerts": set(), "sampling": set()}
+    both_running = []
+
+    def recorder(name):
+        def record(batch, batch_id):
+            pools[name].add(spark.sparkContext.getLocalProperty("spark.scheduler.pool"))
+            both_running.append(len(spark.streams.active) == 2)
+            batch.count()
+        return record
+
+    events_ = valid_event_stream(spark, settings)
+    alert_q = start_query(alerts.alert_stream(events_, settings), settings, "alerts", pool="alerts",
+                          foreach_batch=recorder("alerts"))
+    sample_q = start_query(sampling.sample_stream(events_, settings), settings, "sampling", pool="sampling",
+                           foreach_batch=recorder("sampling"))
+    finish(alert_q, settings)
+    finish(sample_q, settings)
+    assert pools == {"alerts": {"alerts"}, "sampling": {"sampling"}}
+    assert any(both_running), "the two queries ran batches at the same time"
+    scheduler = spark.sparkContext._jsc.sc().getPoolForName("alerts").get()
+    assert scheduler.weight() == 2 and spark.sparkContext._jsc.sc().getPoolForName("sampling").get().weight() == 1
