@@ -1,9 +1,12 @@
 """Every record is a valid event or a quarantine row with the reason: pinned on a fixed set."""
+from datetime import datetime, timedelta
+
 import pytest
 
 from sensorcep.parsing import parse_events
 from sensorcep.settings import Settings
 
+KAFKA_TIME = datetime(2026, 1, 5, 12, 0)
 CASES = [
     (b'{"device_id": "377412", "sensor_freq": 44.49, "event_time": "2023-04-12T10:15:03.120Z"}', None),
     (b'{"device_id": 377412, "sensor_freq": -1, "event_time": "2023-04-12 10:15:03"}', None),
@@ -31,7 +34,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def parsed(spark):
-    rows = [(None, value, "t", 0, i, None) for i, (value, _) in enumerate(CASES)]
+    rows = [(None, value, "t", 0, i, KAFKA_TIME) for i, (value, _) in enumerate(CASES)]
     df = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp")
     return {r["offset"]: r for r in parse_events(df, Settings()).collect()}
 
@@ -47,3 +50,11 @@ def test_valid_records_are_typed_and_utc(parsed):
     assert first["event_time"].isoformat() == "2023-04-12T10:15:03.120000"
     assert numeric_id["device_id"] == "377412" and numeric_id["sensor_freq"] == -1.0
     assert zoned["event_time"].isoformat() == "2023-04-12T08:15:03" and zoned["sensor_freq"] == 0.0
+
+
+def test_future_is_relative_to_the_kafka_timestamp_so_replays_get_the_same_verdict(spark):
+    value = b'{"device_id": "a", "sensor_freq": 1.0, "event_time": "2026-01-06T13:00:00Z"}'  # 25 h after KAFKA_TIME
+    rows = [(None, value, "t", 0, 0, KAFKA_TIME), (None, value, "t", 0, 1, KAFKA_TIME + timedelta(hours=2))]
+    df = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp")
+    reasons = {r["offset"]: r["reason"] for r in parse_events(df, Settings()).collect()}
+    assert reasons == {0: "event_time more than 1 day in the future", 1: None}

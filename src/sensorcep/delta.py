@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Iterable
 
+import pyarrow as pa
+
 from .runtime import is_databricks
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,7 @@ def write_batch(df, path: str, app_id: str, batch_id: int, partition_by: Iterabl
     if done is not None and done >= batch_id:
         log.info("skip batch %s of %s: already in %s", batch_id, app_id, path)
         return False
-    table = df.toArrow()
+    table = df if isinstance(df, pa.Table) else df.toArrow()  # an Arrow table: see streaming.materialized
     if table.num_rows == 0 and committed_version(path, app_id) is not None:
         return False  # nothing to add (stateful queries emit nothing in most batches)
     write_deltalake(

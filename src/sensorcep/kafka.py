@@ -60,10 +60,21 @@ def read_kafka(spark: SparkSession, settings: Settings, topics: list[str] | str,
     return reader.format(kafka_format()).options(**options).load()
 
 
-def write_kafka(df: DataFrame, settings: Settings, topic: str) -> None:
-    """Batch-write ``df`` (columns value [, key]) to ``topic``; used inside foreachBatch."""
-    (df.write.format(kafka_format()).mode("append")
-     .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
-     .options(**security_options(settings))
-     .option("topic", topic)
-     .save())
+def write_kafka(df, settings: Settings, topic: str) -> int | None:
+    """Batch-write ``df`` (columns value [, key]) to ``topic``; used inside foreachBatch for small outputs.
+
+    Databricks: Spark's Kafka sink. Locally the driver produces the rows with confluent-kafka: a Python
+    data source write plans and commits in fresh Python processes (~0.7 s per call whatever the size),
+    too slow for alerts, and the frames written here (alerts, escalations) are small.
+    """
+    if is_databricks():
+        (df.write.format(kafka_format()).mode("append")
+         .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+         .options(**security_options(settings))
+         .option("topic", topic)
+         .save())
+        return None
+    from .kafka_source import produce_arrow
+
+    table = df.toArrow() if isinstance(df, DataFrame) else df  # a materialized micro-batch is already Arrow
+    return produce_arrow(table, client_config(settings), topic)

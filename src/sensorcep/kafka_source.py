@@ -358,40 +358,45 @@ class _ProducerMixin:
             raise KafkaOptionError("set option 'topic' or provide a 'topic' column")
 
     def _produce(self, batches) -> "KafkaCommit":
-        from confluent_kafka import Producer, KafkaException
+        return KafkaCommit(produce_arrow(batches, self.conf, self.topic))
 
-        producer = Producer({"linger.ms": 5, "acks": "all", **self.conf})  # at least once; see simulator.produce
-        errors: list = []
 
-        def on_delivery(err, _msg):
-            if err is not None:
-                errors.append(err)
+def produce_arrow(batches, conf: dict, topic: str | None) -> int:
+    """Produce Arrow record batches / a table (value [, key] [, topic]) and wait for every ack."""
+    from confluent_kafka import KafkaException, Producer
 
-        count = 0
-        for batch in batches:
-            cols = batch.to_pydict()
-            values = cols["value"]
-            keys = cols.get("key") or [None] * len(values)
-            topics = cols.get("topic") if not self.topic else None
-            for i, value in enumerate(values):
-                key = keys[i]
-                while True:
-                    try:
-                        producer.produce(
-                            topics[i] if topics else self.topic,
-                            value=value.encode() if isinstance(value, str) else value,
-                            key=key.encode() if isinstance(key, str) else key,
-                            on_delivery=on_delivery,
-                        )
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
-                count += 1
-            producer.poll(0)
-        remaining = producer.flush(60)
-        if errors or remaining:
-            raise KafkaException(errors[0] if errors else f"{remaining} messages not delivered in 60 s")
-        return KafkaCommit(count)
+    producer = Producer({"linger.ms": 5, "acks": "all", **conf})  # at least once; see simulator.produce
+    errors: list = []
+
+    def on_delivery(err, _msg):
+        if err is not None:
+            errors.append(err)
+
+    count = 0
+    for batch in batches.to_batches() if hasattr(batches, "to_batches") else batches:
+        cols = batch.to_pydict()
+        values = cols["value"]
+        keys = cols.get("key") or [None] * len(values)
+        topics = cols.get("topic") if not topic else None
+        for i, value in enumerate(values):
+            key = keys[i]
+            while True:
+                try:
+                    producer.produce(
+                        topics[i] if topics else topic,
+                        value=value.encode() if isinstance(value, str) else value,
+                        key=key.encode() if isinstance(key, str) else key,
+                        on_delivery=on_delivery,
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            count += 1
+        producer.poll(0)
+    remaining = producer.flush(60)
+    if errors or remaining:
+        raise KafkaException(errors[0] if errors else f"{remaining} messages not delivered in 60 s")
+    return count
 
 
 @dataclass
