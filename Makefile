@@ -43,6 +43,8 @@ lab: check-java broker-up
 
 bench: check-java broker-up
 	$(PY) benchmarks/ingest.py
+	$(PY) benchmarks/sampling.py
+	$(PY) benchmarks/alert_latency.py
 
 clean: broker-down
 	rm -rf .data runs .broker

@@ -16,19 +16,6 @@ from .runtime import is_databricks
 log = logging.getLogger(__name__)
 
 
-def committed_version(path: str, app_id: str) -> int | None:
-    """Last batch id committed to ``path`` by writer ``app_id`` (None if never)."""
-    if is_databricks():
-        return None  # Delta itself skips a txnAppId/txnVersion already committed
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        return DeltaTable(path).transaction_version(app_id)
-    except TableNotFoundError:
-        return None
-
-
 def write_batch(df, path: str, app_id: str, batch_id: int, partition_by: Iterable[str] = ()) -> bool:
     """Append one micro-batch exactly once. Returns False when the batch was already committed."""
     partition_by = list(partition_by)
@@ -41,17 +28,22 @@ def write_batch(df, path: str, app_id: str, batch_id: int, partition_by: Iterabl
             writer = writer.partitionBy(*partition_by)
         writer.save(path)
         return True
-    from deltalake import CommitProperties, Transaction, write_deltalake
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+    from deltalake.exceptions import TableNotFoundError
 
-    done = committed_version(path, app_id)
+    try:
+        target = DeltaTable(path)  # loaded once: the replay check and the write share it
+    except TableNotFoundError:
+        target = None
+    done = target.transaction_version(app_id) if target is not None else None
     if done is not None and done >= batch_id:
         log.info("skip batch %s of %s: already in %s", batch_id, app_id, path)
         return False
     table = df if isinstance(df, pa.Table) else df.toArrow()  # an Arrow table: see streaming.materialized
-    if table.num_rows == 0 and committed_version(path, app_id) is not None:
+    if table.num_rows == 0 and done is not None:
         return False  # nothing to add (stateful queries emit nothing in most batches)
     write_deltalake(
-        path,
+        target if target is not None else path,
         table,
         mode="append",
         partition_by=partition_by or None,

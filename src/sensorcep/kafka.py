@@ -34,10 +34,12 @@ def client_config(settings: Settings) -> dict[str, str]:
 
 
 def read_kafka(spark: SparkSession, settings: Settings, topics: list[str] | str, *,
-               starting_offsets: str = "earliest", stream: bool = True, bounded: bool | None = None) -> DataFrame:
+               starting_offsets: str = "earliest", stream: bool = True, bounded: bool | None = None,
+               min_partitions: int | None = None) -> DataFrame:
     """Kafka records with Spark's Kafka columns (key, value, topic, partition, offset, timestamp, ...).
 
-    ``bounded`` (default: trigger is availableNow) stops a local stream at the offsets the topics
+    ``min_partitions`` (local only) splits each Kafka partition's range into that many read tasks
+    (default: one per core). ``bounded`` (default: trigger is availableNow) stops a local stream at the offsets the topics
     held when it started, in ``max_offsets_per_trigger`` batches - what availableNow means.
     """
     topics = topics if isinstance(topics, str) else ",".join(topics)
@@ -49,7 +51,7 @@ def read_kafka(spark: SparkSession, settings: Settings, topics: list[str] | str,
         **security_options(settings),
     }
     if not is_databricks():  # local topics have one partition (see broker.create_topics): split reads
-        options["minPartitions"] = str(spark.sparkContext.defaultParallelism)
+        options["minPartitions"] = str(min_partitions or spark.sparkContext.defaultParallelism)
     if stream and settings.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(settings.max_offsets_per_trigger)
     if bounded is None:
