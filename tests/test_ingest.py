@@ -1,5 +1,5 @@
 """01 ingest with the real broker and real Delta tables: exactly the valid distinct events land."""
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pytest
 from deltalake import DeltaTable

@@ -28,7 +28,6 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from .settings import Settings
 
-ROLES = ("first", "middle", "last", "anomaly")
 ORDER = ["event_time_us", "device_id", "sensor_freq"]
 #: what the processor emits (times as integers; :func:`sample_stream` turns them into timestamps)
 PROCESSOR_OUTPUT = (
