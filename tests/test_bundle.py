@@ -73,3 +73,28 @@ def test_tasks_run_in_dependency_order_with_local_values(monkeypatch):
 def test_unknown_variable_is_a_clear_error():
     with pytest.raises(jobs.JobError, match=r"\$\{var.nope\}"):
         jobs.resolve("${var.nope}", {})
+
+
+def test_prod_cluster_carries_the_tuning_recommendation_with_databricks_names():
+    from sensorcep import tuning
+
+    prod = ROOT_YAML["targets"]["prod"]["resources"]["jobs"]["sensor_cep_pipeline"]["job_clusters"][0]
+    _, job = _job_yaml()
+    assert prod["job_cluster_key"] == job["job_clusters"][0]["job_cluster_key"]  # merged by key on deploy
+    expected = tuning.databricks_conf(tuning.presets()[tuning.RECOMMENDED])
+    assert expected.items() <= prod["new_cluster"]["spark_conf"].items()
+    assert "com.databricks" in expected[tuning.PROVIDER]
+
+
+def test_every_state_store_setting_in_the_bundle_is_a_real_key():
+    from sensorcep import tuning
+
+    _, job = _job_yaml()
+    confs = [c["new_cluster"]["spark_conf"] for c in job["job_clusters"]]
+    confs.append(ROOT_YAML["targets"]["prod"]["resources"]["jobs"]["sensor_cep_pipeline"]["job_clusters"][0]
+                 ["new_cluster"]["spark_conf"])
+    for key in (k for conf in confs for k in conf):
+        if key.startswith(tuning.ROCKSDB_PREFIX):
+            assert key[len(tuning.ROCKSDB_PREFIX):] in tuning.ROCKSDB_OPTIONS, key
+        if "asyncCheckpoint" in key:
+            assert key == tuning.ASYNC_CHECKPOINT, key

@@ -1,0 +1,112 @@
+"""The state-store tuning harness: real runs on a tiny workload, refusal of bad configurations, the recommendation."""
+import json
+
+import pandas as pd
+import pytest
+
+from sensorcep import tuning
+from sensorcep.tuning import TuningError, Workload
+
+TINY = Workload(events=3_000, devices=20, rate=25, batch=1_000)  # 2 minutes of event time: windows close
+
+
+@pytest.fixture(scope="module")
+def results(spark, tmp_path_factory):
+    from sensorcep.settings import Settings
+
+    settings = Settings(base_path=str(tmp_path_factory.mktemp("tuning")))
+    before = spark.conf.get(tuning.PROVIDER)
+    table = tuning.run_matrix(spark, settings, [("sampling", "rocksdb_changelog"), ("window_counts", "hdfs")], TINY)
+    return table, before, settings
+
+
+def test_one_row_per_configuration_with_metrics(results):
+    table, _, _ = results
+    assert list(zip(table["query"], table["preset"])) == [("sampling", "rocksdb_changelog"), ("window_counts", "hdfs")]
+    assert (table["batches"] == 3).all() and (table["input_rows"] == 3_000).all()
+    for column in ("events_per_s", "batch_p50_ms", "batch_p95_ms", "commit_p50_ms", "commit_p95_ms",
+                   "state_rows_max", "heap_peak_mb", "output_rows"):
+        assert (table[column] > 0).all(), column
+    rocksdb, hdfs = (json.loads(m) for m in table["rocksdb_metrics"])
+    assert "rocksdbCommitCheckpointLatency" in rocksdb and hdfs == {}
+    assert table["run_id"].nunique() == 1 and table["spark_version"].iloc[0].startswith("4.")
+
+
+def test_session_settings_are_restored_after_the_runs(results, spark):
+    _, before, _ = results
+    assert spark.conf.get(tuning.PROVIDER) == before
+
+
+def test_results_land_in_delta_tuning_results(results, spark):
+    from deltalake import DeltaTable
+
+    table, _, settings = results
+    path = tuning.save_results(spark, table, settings)
+    stored = DeltaTable(path).to_pandas()
+    assert sorted(stored["preset"]) == ["hdfs", "rocksdb_changelog"]
+    assert set(stored["run_id"]) == set(table["run_id"])
+
+
+@pytest.mark.parametrize("key, hint", [
+    ("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enable", "changelogCheckpointing.enabled"),
+    ("spark.sql.shuffle.partition", "spark.sql.shuffle.partitions"),
+    ("spark.driver.memory", None),  # static: cannot change per query
+    ("spark.databricks.streaming.statefulOperator.asyncCheckpoint.enabled", None),  # Databricks only
+])
+def test_unknown_or_unsettable_keys_are_refused(spark, key, hint):
+    with pytest.raises(TuningError, match="refusing configuration") as error:
+        tuning.validate_conf(spark, {key: "true"})
+    assert key in str(error.value)
+    if hint:
+        assert hint in str(error.value)
+
+
+def test_known_keys_pass_validation(spark):
+    tuning.validate_conf(spark, dict(tuning.presets()["rocksdb_bounded_memory"].conf))
+
+
+def test_plan_rejects_unknown_names_and_impossible_pairs():
+    with pytest.raises(TuningError, match="unknown tuning_preset 'medium'"):
+        tuning.plan("medium")
+    with pytest.raises(TuningError, match="unknown preset 'rocks'"):
+        tuning.plan([("sampling", "rocks")])
+    with pytest.raises(TuningError, match="needs a RocksDB store"):
+        tuning.plan([("sampling", "hdfs")])
+    with pytest.raises(TuningError, match="shape"):
+        Workload(shape="spiky")
+
+
+def test_plan_drops_databricks_only_presets_locally():
+    assert "databricks_async_checkpoint" not in [p.name for _, p in tuning.plan("full")]
+
+
+def test_bursty_workload_alternates_the_rate():
+    frame = tuning.workload_frame(Workload(events=20_000, rate=20, shape="bursty"))
+    per_minute = frame.event_time.dt.floor("min").value_counts().sort_index().to_numpy()[1:-1]
+    assert per_minute.max() > 5 * per_minute.min()
+
+
+def _row(query, preset, p95, commit, eps, trigger="0 seconds"):
+    return {"query": query, "preset": preset, "trigger": trigger, "batch_p95_ms": p95, "commit_p95_ms": commit,
+            "events_per_s": eps}
+
+
+def test_recommendation_picks_lowest_p95_and_gives_measured_reasons():
+    table = pd.DataFrame([
+        _row("sampling", "rocksdb", 900.0, 250.0, 10_000), _row("sampling", "rocksdb_changelog", 700.0, 110.0, 12_000),
+        _row("sampling", "trigger_5s", 500.0, 100.0, 4_000, trigger="5 seconds"),
+        _row("window_counts", "hdfs", 600.0, 120.0, 9_000), _row("window_counts", "rocksdb", 650.0, 260.0, 8_000),
+        _row("window_counts", "rocksdb_changelog", 610.0, 104.0, 9_500),
+    ])
+    advice = tuning.recommend(table)
+    assert advice.preset == "rocksdb_changelog"  # trigger_5s answers another question
+    assert "700 ms vs 900 ms" in advice.reasons[0] and "0.78x" in advice.reasons[0]
+    assert "104 ms vs plain RocksDB 260 ms (0.40x) and HDFS 120 ms (0.87x)" in advice.reasons[1]
+    assert "4,000 vs 12,000 events/s" in advice.reasons[2]
+    assert advice.spark_conf[tuning.PROVIDER] == "com.databricks.sql.streaming.state.RocksDBStateStoreProvider"
+    assert tuning.SHUFFLE not in advice.spark_conf
+
+
+def test_recommendation_needs_sampling_results():
+    with pytest.raises(TuningError, match="no sampling-query result"):
+        tuning.recommend(pd.DataFrame([_row("window_counts", "hdfs", 600.0, 120.0, 9_000)]))
