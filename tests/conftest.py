@@ -31,6 +31,7 @@ def pytest_sessionstart(session):
         "SENSORCEP_ALERTS_TRIGGER": "availableNow",
         "SENSORCEP_DEVICE_TIMEOUT": "20 seconds",
         "SENSORCEP_DRIVER_MEMORY": "3g",
+        "SENSORCEP_RUN_DIR": str(SESSION_DIR / "run"),  # where notebooks save their plots (not the source tree)
     })
     broker.up(TEST_BROKER, SESSION_DIR / "broker")
     broker.create_topics(TEST_BROKER, ["nb-sensor-events", "nb-sensor-alerts", "nb-sensor-alert-acks"])

@@ -52,3 +52,24 @@ def oracle_rows(frame: pd.DataFrame) -> list[tuple]:
          tuple(r.roles), int(r.is_anomalous))
         for r in frame.itertuples(index=False)
     )
+
+
+def topic_records(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes]]:
+    """Every record of a one-partition topic: (offset, key, value)."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "receive.message.max.bytes": 1_000_000_000})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        consumer.assign([TopicPartition(topic, 0, low)])
+        records: dict[int, tuple] = {}
+        while len(records) < high - low:
+            for message in consumer.consume(1_000, 5.0):
+                if message.error() is None:
+                    records[message.offset()] = (message.offset(), message.key(), message.value())
+        return [records[o] for o in sorted(records)]
+    finally:
+        consumer.close()

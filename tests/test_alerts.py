@@ -14,24 +14,14 @@ from sensorcep import alerts, sampling, simulator
 from sensorcep.broker import create_topics
 from sensorcep.streaming import finish, start_query
 from crash import kill_after_first_commit
-from streams import T0, T0_US, batch_stream, events, write_batches
+from streams import T0, T0_US, batch_stream, events, topic_records, write_batches
 
 pytestmark = pytest.mark.integration
 
 
 def consume_all(bootstrap: str, topic: str) -> list[tuple[bytes, dict]]:
     """Every record of a one-partition topic: (key, JSON value)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "receive.message.max.bytes": 1_000_000_000})
-    low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-    consumer.assign([TopicPartition(topic, 0, low)])
-    records = []
-    while len(records) < high - low:
-        for message in consumer.consume(1_000, 5.0):
-            if message.error() is None:
-                records.append((message.key(), json.loads(message.value())))
-    consumer.close()
-    return records
+    return [(key, json.loads(value)) for _, key, value in topic_records(bootstrap, topic)]
 
 
 def test_alert_id_is_the_same_in_python_and_spark(spark):

@@ -30,7 +30,7 @@ def bronze_stream(raw: DataFrame, settings: Settings, devices: DataFrame | None 
         parsed.withColumn("_dedup_key", dedup_key)
         .withWatermark("kafka_timestamp", settings.watermark_delay)
         .dropDuplicatesWithinWatermark(["_dedup_key"])
-        .select(*BRONZE_COLUMNS, "reason", F.col("value").alias("raw_value"))
+        .select(*BRONZE_COLUMNS, *settings.extra_field_names, "reason", F.col("value").alias("raw_value"))
     )
     if devices is not None:
         stream = stream.join(F.broadcast(devices), "device_id", "left")
@@ -54,7 +54,7 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
         batch = batch.withColumn("ingest_time", F.current_timestamp()).persist()
         try:
             good = batch.where(F.col("reason").isNull()).select(
-                *BRONZE_COLUMNS, *extra_columns, "ingest_time", F.to_date("event_time").alias("part_date"))
+                *BRONZE_COLUMNS, *settings.extra_field_names, *extra_columns, "ingest_time", F.to_date("event_time").alias("part_date"))
             delta.write_batch(good, bronze_path, f"{app_id}:bronze", batch_id, ["part_date"])
             bad = quarantine_rows(
                 batch.where(F.col("reason").isNotNull()).withColumnRenamed("raw_value", "value")

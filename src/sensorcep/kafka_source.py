@@ -55,6 +55,10 @@ class KafkaOptionError(ValueError):
     pass
 
 
+class BrokerUnavailableError(RuntimeError):
+    """The brokers did not answer: the query stops with this message and resumes from its checkpoint on restart."""
+
+
 class DataLossError(RuntimeError):
     pass
 
@@ -132,8 +136,18 @@ class _KafkaClient:
             self._consumer.close()
             self._consumer = None
 
+    def _unavailable(self, exc: Exception, what: str) -> BrokerUnavailableError:
+        return BrokerUnavailableError(
+            f"Kafka broker(s) {self.conf['bootstrap.servers']} not reachable while {what} ({exc}). "
+            "Nothing was lost: restart the query once the brokers are back and it resumes from its checkpoint.")
+
     def partitions(self) -> dict[str, list[int]]:
-        meta = self.consumer.list_topics(timeout=10)
+        from confluent_kafka import KafkaException
+
+        try:
+            meta = self.consumer.list_topics(timeout=10)
+        except KafkaException as exc:
+            raise self._unavailable(exc, f"listing topics {', '.join(self.topics)}") from None
         found = {}
         for topic in self.topics:
             t = meta.topics.get(topic)
@@ -150,9 +164,16 @@ class _KafkaClient:
         for topic, parts in self.partitions().items():
             out[topic] = {}
             for p in parts:
-                low, high = self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
-                out[topic][str(p)] = (low, high)
+                out[topic][str(p)] = self._offsets(topic, p)
         return out
+
+    def _offsets(self, topic: str, partition: int) -> tuple[int, int]:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            return self.consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+        except KafkaException as exc:
+            raise self._unavailable(exc, f"reading the offsets of {topic}-{partition}") from None
 
     def resolve(self, spec: str, default: str) -> dict:
         """``earliest`` | ``latest`` | JSON per partition -> concrete offsets."""
@@ -187,7 +208,7 @@ class _KafkaClient:
                 msgs = consumer.consume(min(READ_CHUNK, part.end - position), timeout=1.0)
                 if not msgs:
                     empty_polls += 1
-                    low, high = consumer.get_watermark_offsets(TopicPartition(part.topic, part.partition), timeout=10)
+                    low, high = self._offsets(part.topic, part.partition)
                     if high <= position or empty_polls > 30:
                         self._lost(part, position, f"broker has no offsets beyond {high}")
                         return
@@ -201,7 +222,7 @@ class _KafkaClient:
                             raise KafkaException(err)
                         if err.code() in (err._AUTO_OFFSET_RESET, err.OFFSET_OUT_OF_RANGE):
                             resets += 1
-                            low, high = consumer.get_watermark_offsets(TopicPartition(part.topic, part.partition), timeout=10)
+                            low, high = self._offsets(part.topic, part.partition)
                             if resets > 20 or not low <= position < high:
                                 self._lost(part, position, f"broker holds [{low}, {high}) ({err.str()})")
                                 return

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from datetime import datetime
 
 import pyarrow as pa
 from pyspark.sql.streaming import StreamingQueryListener
 
+from .runtime import is_databricks
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -74,19 +76,35 @@ def _finite(value):
 
 
 class DeltaProgressListener(StreamingQueryListener):
-    def __init__(self, settings: Settings):
-        self.path = settings.table_path("stream_progress")
-        self._buffer: list[dict] = []
+    """One per Spark application. Each project query is routed (by name, before it starts) to the
+    ``stream_progress`` table of the settings that started it; other queries are ignored.
+
+    Callbacks run on Spark's listener bus thread, never on a query's thread: a slow Delta write delays
+    later listener events, not the queries.
+    """
+
+    def __init__(self):
+        self._routes: dict[str, str] = {}  # query name -> stream_progress path
+        self._buffers: dict[str, list[dict]] = {}  # path -> rows not yet written
         self._lock = threading.Lock()
         self._terminated: dict[str, threading.Event] = {}
+
+    def route(self, query_name: str, path: str) -> None:
+        with self._lock:
+            self._routes[query_name] = path
 
     def onQueryStarted(self, event) -> None:
         self._terminated.setdefault(str(event.id), threading.Event())
 
     def onQueryProgress(self, event) -> None:
+        progress = json.loads(event.progress.json)
         with self._lock:
-            self._buffer.append(progress_row(json.loads(event.progress.json)))
-            full = len(self._buffer) >= FLUSH_EVERY
+            path = self._routes.get(progress.get("name"))
+            if path is None:
+                return
+            buffer = self._buffers.setdefault(path, [])
+            buffer.append(progress_row(progress))
+            full = len(buffer) >= FLUSH_EVERY
         if full:
             self.flush()
 
@@ -94,30 +112,33 @@ class DeltaProgressListener(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event) -> None:
-        self.flush()
-        self._terminated.setdefault(str(event.id), threading.Event()).set()
+        try:
+            self.flush()
+        finally:
+            self._terminated.setdefault(str(event.id), threading.Event()).set()
 
     def flush(self) -> int:
+        """Write every buffered row; rows that fail to write stay buffered for the next flush."""
         with self._lock:
-            rows, self._buffer = self._buffer, []
-        if not rows:
-            return 0
-        try:
-            _append_progress(self.path, rows)
-        except Exception:  # a monitoring failure must never take a query down
-            log.exception("could not write %d progress rows to %s", len(rows), self.path)
-            with self._lock:
-                self._buffer = rows + self._buffer
-            return 0
-        return len(rows)
+            buffers, self._buffers = self._buffers, {}
+        written = 0
+        for path, rows in buffers.items():
+            if not rows:
+                continue
+            try:
+                _append_progress(path, rows)
+                written += len(rows)
+            except Exception:  # a monitoring failure must never take a query down
+                log.exception("could not write %d progress rows to %s", len(rows), path)
+                with self._lock:
+                    self._buffers[path] = rows + self._buffers.get(path, [])
+        return written
 
     def wait_terminated(self, query_id: str, timeout: float = 30.0) -> bool:
         return self._terminated.setdefault(str(query_id), threading.Event()).wait(timeout)
 
 
 def _append_progress(path: str, rows: list[dict]) -> None:
-    from .runtime import is_databricks
-
     table = pa.Table.from_pylist(rows, schema=PROGRESS_SCHEMA)
     if is_databricks():
         from .runtime import get_spark
@@ -133,13 +154,17 @@ def _append_progress(path: str, rows: list[dict]) -> None:
 _listeners: dict[str, DeltaProgressListener] = {}
 
 
-def ensure_progress_listener(spark, settings: Settings) -> DeltaProgressListener:
-    """Register (once per Spark application and progress table) the Delta progress listener."""
-    key = f"{spark.sparkContext.applicationId}:{settings.table_path('stream_progress')}"
+def ensure_progress_listener(spark, settings: Settings, query: str | None = None) -> DeltaProgressListener:
+    """The application's progress listener (registered on first use); with ``query``, route that query's
+    progress to ``stream_progress`` under ``settings``. :func:`streaming.start_query` calls this for
+    every query of the project, before the query starts."""
+    key = spark.sparkContext.applicationId
     if key not in _listeners:
-        listener = DeltaProgressListener(settings)
+        listener = DeltaProgressListener()
         spark.streams.addListener(listener)
         _listeners[key] = listener
+    if query is not None:
+        _listeners[key].route(settings.query_name(query), settings.table_path("stream_progress"))
     return _listeners[key]
 
 
@@ -158,3 +183,138 @@ def progress_frame(query, columns=("batch_id", "num_input_rows", "batch_duration
 
     rows = [progress_row(json.loads(p.json)) for p in query.recentProgress]
     return pd.DataFrame(rows, columns=list(columns)) if rows else pd.DataFrame(columns=list(columns))
+
+
+# ------------------------------------------------------------------------------ reading it back
+def read_progress(spark, settings: Settings):
+    """Delta ``stream_progress`` as a pandas frame (empty, with the columns, when nothing was recorded yet)."""
+    import pandas as pd
+
+    from . import delta
+
+    path = settings.table_path("stream_progress")
+    if not delta.table_exists(path):
+        return PROGRESS_SCHEMA.empty_table().to_pandas()
+    if is_databricks():
+        return spark.read.format("delta").load(path).toPandas()
+    from deltalake import DeltaTable
+
+    frame = DeltaTable(path).to_pandas()
+    return frame.sort_values(["query_name", "timestamp", "batch_id"]).reset_index(drop=True) if len(frame) else frame
+
+
+def trigger_intervals(settings: Settings) -> dict[str, int]:
+    """Each project query's trigger interval in ms (0 = as fast as possible), for the health rules."""
+    from .health import trigger_interval_ms
+
+    queries = {"ingest": settings.trigger, "sampling": settings.trigger, "device_activity": settings.trigger,
+               "alerts": settings.alerts_trigger, "escalations": settings.trigger}
+    return {settings.query_name(q): trigger_interval_ms(t) for q, t in queries.items()}
+
+
+def save_figure(fig, name: str) -> str:
+    """Save a plot as PNG next to the executed notebook: the local runner's run folder
+    (``SENSORCEP_RUN_DIR``) or the notebook's working directory (Databricks)."""
+    import os
+
+    folder = os.environ.get("SENSORCEP_RUN_DIR") or os.getcwd()
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{name}.png")
+    fig.savefig(path, dpi=90, bbox_inches="tight")
+    return path
+
+
+# ------------------------------------------------------------------------------ operator state
+def state_metadata(spark, settings: Settings, query: str):
+    """The stateful operators of a query's checkpoint (Spark's ``state-metadata`` source)."""
+    return spark.read.format("state-metadata").load(settings.checkpoint_path(query))
+
+
+def state_variable(spark, settings: Settings, query: str, state_var: str, operator_id: int = 0):
+    """The rows of one transformWithState state variable (``statestore`` source; list elements one per row)."""
+    return (spark.read.format("statestore").option("operatorId", operator_id).option("stateVarName", state_var)
+            .load(settings.checkpoint_path(query)))
+
+
+# ------------------------------------------------------------------------------ live view
+LIVE_COLUMNS = ["query", "status", "batch", "input rows/s", "processed rows/s", "batch ms", "state rows", "watermark"]
+
+
+def live_table(queries):
+    """One row per query from its last progress: rates, batch time, state rows, watermark."""
+    import pandas as pd
+
+    rows = []
+    for query in queries:
+        last = query.lastProgress
+        row = progress_row(json.loads(last.json)) if last is not None else {}
+        status = query.status if query.isActive else {"message": "stopped"}
+        rows.append([query.name, status.get("message", ""), row.get("batch_id"),
+                     round(row["input_rows_per_second"] or 0) if row else None,
+                     round(row["processed_rows_per_second"] or 0) if row else None,
+                     row.get("batch_duration_ms"), row.get("state_rows_total"),
+                     row["watermark"].strftime("%H:%M:%S") if row.get("watermark") else None])
+    return pd.DataFrame(rows, columns=LIVE_COLUMNS)
+
+
+class LiveView:
+    """Refresh a compact progress table of ``queries`` every ``every_s`` seconds while they run.
+
+    Use it around whatever keeps the queries going::
+
+        with LiveView([alerts_query, samples_query]):
+            for query in (alerts_query, samples_query):
+                streaming.finish(query, settings)       # or: time.sleep(300) for continuous queries
+
+    In a notebook the table updates in place (one display handle); elsewhere it prints when it changes.
+    """
+
+    def __init__(self, queries, every_s: float = 3.0):
+        self.queries = list(queries)
+        self.every_s = every_s
+        self.refreshes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="sensorcep-live-view")
+        self._handle = None
+        self._last_text = None
+
+    def watch(self, seconds: float) -> None:
+        """Follow running (interval-trigger) queries for ``seconds``, or until they all stop; they keep running."""
+        with self:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline and any(q.isActive for q in self.queries):
+                time.sleep(min(self.every_s, max(0.0, deadline - time.monotonic())))
+
+    def render(self):
+        table = live_table(self.queries)
+        self.refreshes += 1
+        if self._handle is not None:
+            self._handle.update(table)
+        elif (text := table.to_string(index=False)) != self._last_text:
+            print(text, flush=True)
+            self._last_text = text
+        return table
+
+    def _loop(self):
+        while not self._stop.wait(self.every_s):
+            try:
+                self.render()
+            except Exception:  # a display hiccup must not kill the view (or the queries)
+                log.exception("live view refresh failed")
+
+    def __enter__(self):
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+
+            if get_ipython() is not None:
+                self._handle = display(live_table(self.queries), display_id=True)
+        except ImportError:
+            pass
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.render()  # the final state

@@ -67,7 +67,7 @@ def fast_valid_events(raw: DataFrame, settings: Settings) -> DataFrame:
 
 
 def parse_events(raw: DataFrame, settings: Settings) -> DataFrame:
-    """Kafka rows -> device_id, sensor_freq, event_time, reason (+ raw value and Kafka coordinates).
+    """Kafka rows -> device_id, sensor_freq, event_time, the ``extra_fields``, reason (+ raw value, Kafka coordinates).
 
     Two paths: a typed ``from_json`` accepts the well-formed majority quickly and conservatively;
     anything it is unsure of is parsed as a VARIANT, whose JSON types give the exact reason.
@@ -100,14 +100,16 @@ def parse_events(raw: DataFrame, settings: Settings) -> DataFrame:
         .when(v_time.isNull(), F.concat(F.lit("unparseable event_time "), F.substring(v_time_text, 1, 64)))
         .when(v_time > future_limit, F.lit(f"event_time more than {settings.max_future} in the future"))
     )
+    text = F.col("value").cast("string")
+    extras = [F.get_json_object(text, f"$.{name}").alias(name) for name in settings.extra_field_names]
     return staged.select(
         F.when(F.col("_ok"), j("device_id")).otherwise(v_device).alias("device_id"),
         F.when(F.col("_ok"), j("sensor_freq")).otherwise(v_freq).alias("sensor_freq"),
         F.when(F.col("_ok"), F.col("_t")).otherwise(v_time).alias("event_time"),
         F.when(F.col("_ok"), F.lit(None).cast("string")).otherwise(slow_reason).alias("reason"),
-        "key", "value", "topic", "partition", "offset", "kafka_timestamp",
+        "key", "value", "topic", "partition", "offset", "kafka_timestamp", *extras,
     ).select(  # rejected rows carry no half-parsed fields
-        *[F.when(F.col("reason").isNull(), F.col(c)).alias(c) for c in EVENT_COLUMNS],
+        *[F.when(F.col("reason").isNull(), F.col(c)).alias(c) for c in EVENT_COLUMNS + settings.extra_field_names],
         "reason", "key", "value", "topic", "partition", "offset", "kafka_timestamp",
     )
 

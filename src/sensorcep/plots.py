@@ -67,3 +67,49 @@ def plot_tuning(results: pd.DataFrame, title: str = "State store configurations"
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def plot_query_progress(progress: pd.DataFrame, query: str, trigger_ms: int = 0):
+    """One query's ``stream_progress`` rows -> 4 panels over time: input vs processing rate, batch duration vs
+    the trigger interval, state rows and memory, watermark lag behind the newest event time and late rows."""
+    import matplotlib.pyplot as plt
+
+    rows = progress[progress.query_name == query].sort_values("timestamp")
+    time_axis = pd.to_datetime(rows.timestamp)
+    fig, axes = plt.subplots(2, 2, figsize=(13, 6.5), sharex=True)
+    (rates, durations), (state, lag) = axes
+    rates.plot(time_axis, rows.input_rows_per_second, ".-", label="input rows/s")
+    rates.plot(time_axis, rows.processed_rows_per_second, ".-", label="processed rows/s")
+    rates.set(title="input vs processing rate", ylabel="rows/s")
+    rates.legend(fontsize=8)
+    durations.plot(time_axis, rows.batch_duration_ms / 1000, ".-", color="tab:purple", label="batch duration")
+    if trigger_ms:
+        durations.axhline(trigger_ms / 1000, color="tab:red", linestyle="--", label=f"trigger {trigger_ms / 1000:g} s")
+    durations.set(title="batch duration vs trigger interval", ylabel="seconds")
+    durations.legend(fontsize=8)
+    if rows.state_rows_total.notna().any():
+        state.plot(time_axis, rows.state_rows_total, ".-", color="tab:green", label="state rows")
+        state.set(ylabel="state rows (keys)")
+        memory = state.twinx()
+        memory.plot(time_axis, rows.state_memory_bytes / 2**20, ":", color="tab:olive", label="state memory")
+        memory.set(ylabel="MB")
+        state.legend(handles=state.get_lines() + memory.get_lines(), fontsize=8, loc="upper left")
+    else:
+        state.text(0.5, 0.5, "stateless query", ha="center", va="center", transform=state.transAxes, color="grey")
+    state.set(title="state rows and memory")
+    if rows.watermark.notna().any():
+        seconds = (pd.to_datetime(rows.event_time_max) - pd.to_datetime(rows.watermark)).dt.total_seconds()
+        lag.plot(time_axis, seconds, ".-", color="tab:brown", label="newest event - watermark (s)")
+        dropped = lag.twinx()
+        dropped.bar(time_axis, rows.rows_dropped_by_watermark.fillna(0), width=0.00002, color="tab:red", alpha=0.5,
+                    label="rows dropped as too late")
+        dropped.set(ylabel="rows dropped")
+        lag.legend(fontsize=8, loc="upper left")
+        dropped.legend(fontsize=8, loc="upper right")
+    else:
+        lag.text(0.5, 0.5, "no watermark", ha="center", va="center", transform=lag.transAxes, color="grey")
+    lag.set(title="watermark lag and late rows", ylabel="seconds")
+    fig.suptitle(f"query {query}: {len(rows)} progress events")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    return fig

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -27,6 +28,10 @@ TABLES = (
     "tuning_results",
     "stream_progress",
 )
+
+#: bronze columns an extra event field may not shadow
+RESERVED_COLUMNS = frozenset({"device_id", "sensor_freq", "event_time", "topic", "partition", "offset",
+                              "kafka_timestamp", "ingest_time", "part_date", "reason", "raw_value", "key", "value"})
 
 
 class SettingsError(ValueError):
@@ -56,6 +61,7 @@ class Settings:
     kafka_secret_scope: str = ""
     scheduler_pools: str = "sampling:1,alerts:2"
     query_suffix: str = field(default="", metadata={"doc": "appended to query/checkpoint names"})
+    extra_fields: str = field(default="", metadata={"doc": "optional event fields kept in bronze (comma list)"})
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -88,6 +94,10 @@ class Settings:
         if self.max_offsets_per_trigger < 0:
             raise SettingsError("max_offsets_per_trigger must be >= 0 (0 = no limit)")
         parse_pools(self.scheduler_pools)
+        for name in self.extra_field_names:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in RESERVED_COLUMNS:
+                raise SettingsError(f"extra_fields: {name!r} is not a usable column name (letters, digits, _; "
+                                    f"not one of {', '.join(sorted(RESERVED_COLUMNS))})")
 
     # ----------------------------------------------------------------- derived locations
     def table_path(self, name: str) -> str:
@@ -100,6 +110,11 @@ class Settings:
 
     def query_name(self, query: str) -> str:
         return f"{query}{self.query_suffix}"
+
+    @property
+    def extra_field_names(self) -> list[str]:
+        """Optional top-level event fields (e.g. ``firmware``) carried into bronze as strings when present."""
+        return [name.strip() for name in self.extra_fields.split(",") if name.strip()]
 
     @property
     def window_seconds(self) -> int:

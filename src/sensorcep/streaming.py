@@ -37,7 +37,7 @@ def start_query(
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
     from .monitoring import ensure_progress_listener
 
-    ensure_progress_listener(spark, settings)
+    ensure_progress_listener(spark, settings, query)
     writer = (
         df.writeStream.queryName(settings.query_name(query))
         .option("checkpointLocation", settings.checkpoint_path(query))

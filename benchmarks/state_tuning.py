@@ -1,0 +1,52 @@
+"""The 04_state_tuning study from the command line: every preset of a matrix, the table, the ratios.
+
+    .venv/bin/python benchmarks/state_tuning.py                 # full matrix (about 15 minutes on 2 cores)
+    .venv/bin/python benchmarks/state_tuning.py --preset quick  # the CI / job smoke matrix
+
+Prints the tidy table of ``sensorcep.tuning.run_matrix`` (same code as the notebook), the p95 commit-time
+ratios of RocksDB + changelog checkpointing against plain RocksDB and the HDFS store measured in the same
+run, and the recommendation. ``--save`` also appends the table to Delta ``tuning_results``.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+import pandas as pd
+
+from sensorcep import runtime, tuning
+from sensorcep.settings import env_settings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="full", choices=sorted(tuning.MATRICES))
+    parser.add_argument("--save", action="store_true", help="append the table to Delta tuning_results")
+    args = parser.parse_args()
+
+    settings = env_settings() if args.save else env_settings(base_path=tempfile.mkdtemp(prefix="bench-tuning-"))
+    spark = runtime.get_spark()
+    table = tuning.run_matrix(spark, settings, args.preset)
+    if args.save:
+        print("saved to", tuning.save_results(spark, table, settings))
+    pd.set_option("display.width", 200)
+    columns = ["query", "preset", "events_per_s", "batch_p50_ms", "batch_p95_ms", "batch_max_ms", "commit_p50_ms",
+               "commit_p95_ms", "state_rows_max", "state_memory_mb_max", "heap_peak_mb"]
+    print()
+    print(table[columns].round(1).to_string(index=False))
+    print("\np95 commit time ratios (same run):")
+    for query in ("sampling", "window_counts"):
+        rows = table[table["query"] == query].set_index("preset")
+        if "rocksdb_changelog" not in rows.index:
+            continue
+        changelog = rows.loc["rocksdb_changelog", "commit_p95_ms"]
+        for other in ("rocksdb", "hdfs"):
+            if other in rows.index:
+                print(f"  {query:13} rocksdb_changelog / {other:8} = {changelog / rows.loc[other, 'commit_p95_ms']:.2f}x "
+                      f"({changelog:,.0f} vs {rows.loc[other, 'commit_p95_ms']:,.0f} ms)")
+    print()
+    print(tuning.recommend(table))
+
+
+if __name__ == "__main__":
+    main()

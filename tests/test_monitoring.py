@@ -1,0 +1,86 @@
+"""Progress capture (listener -> Delta stream_progress), the live view and the state data source, on real queries."""
+import json
+
+import pytest
+from deltalake import DeltaTable
+
+from sensorcep import monitoring, sampling, streaming
+from streams import batch_stream, events, write_batches
+
+
+def _noop(batch, batch_id):
+    batch.count()
+
+
+@pytest.fixture
+def short_run(spark, settings, tmp_path, monkeypatch):
+    """Four micro-batches through a project query (start_query + finish), flushed every 2 events."""
+    monkeypatch.setattr(monitoring, "FLUSH_EVERY", 2)
+    write_batches(tmp_path / "in", [events(("d1", 1.0, s), ("d2", 2.0, s + 1)) for s in (10, 50, 90, 130)])
+    query = streaming.run_available_now(batch_stream(spark, tmp_path / "in").withWatermark("event_time", "30 seconds"),
+                                        settings, "progress_probe", foreach_batch=_noop)
+    return query, settings
+
+
+def test_listener_writes_every_progress_event_of_the_run_including_the_last(short_run):
+    query, settings = short_run
+    expected = [(p["batchId"], p["numInputRows"], p["eventTime"].get("watermark"))
+                for p in (json.loads(p.json) for p in query.recentProgress)]
+    table = DeltaTable(settings.table_path("stream_progress"))
+    stored = table.to_pandas()
+    stored = stored[stored.run_id == str(query.runId)].sort_values("batch_id")
+    got = [(int(r.batch_id), int(r.num_input_rows), json.loads(r.progress_json)["eventTime"].get("watermark"))
+           for r in stored.itertuples()]
+    assert got == expected
+    assert len(expected) >= 4 and sum(n for _, n, _ in expected) == 8
+    assert set(stored.query_name) == {settings.query_name("progress_probe")}
+    assert table.version() + 1 == -(-len(expected) // 2)  # flushed every 2 events (and the rest at the end)
+
+
+def test_queries_not_started_by_the_project_are_not_recorded(spark, settings, tmp_path):
+    write_batches(tmp_path / "in", [events(("d1", 1.0, 10))])
+    monitoring.ensure_progress_listener(spark, settings, "registered_elsewhere")
+    other = (batch_stream(spark, tmp_path / "in").writeStream.queryName("not_ours").foreachBatch(_noop)
+             .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    other.processAllAvailable()
+    other.stop()
+    monitoring.flush_progress(spark, settings, other)
+    assert monitoring.read_progress(spark, settings).empty
+
+
+def test_read_progress_and_health_of_the_recorded_run(short_run, spark):
+    from sensorcep import health
+
+    query, settings = short_run
+    progress = monitoring.read_progress(spark, settings)
+    verdicts = health.check_health(progress, monitoring.trigger_intervals(settings))
+    assert {v.rule for v in verdicts} == {"falling_behind", "slow_batches", "state_growth", "watermark_stalled",
+                                          "late_rows"}
+    assert all(v.query_name == settings.query_name("progress_probe") for v in verdicts)
+
+
+def test_live_view_shows_each_querys_last_progress(short_run, capsys):
+    query, _ = short_run
+    with monitoring.LiveView([query], every_s=0.05) as view:
+        pass
+    table = view.render()
+    last = json.loads(query.lastProgress.json)
+    assert table.to_dict("records")[0] == {
+        "query": query.name, "status": "stopped", "batch": last["batchId"], "input rows/s": round(last["inputRowsPerSecond"]),
+        "processed rows/s": round(last["processedRowsPerSecond"]), "batch ms": last["batchDuration"],
+        "state rows": None, "watermark": last["eventTime"]["watermark"][11:19]}
+    assert view.refreshes >= 2
+    assert query.name in capsys.readouterr().out
+
+
+def test_state_data_source_shows_the_open_windows_chunks(spark, settings, tmp_path):
+    # batch 0: 10 s, 20 s, 50 s; batch 1: 100 s -> watermark 70 s closes the windows ending at 30 s and 60 s
+    write_batches(tmp_path / "in", [events(("d1", 1.0, 10), ("d2", 2.0, 20), ("d3", 3.0, 50)),
+                                    events(("d1", 4.0, 100))])
+    sampling.start_sampling(spark, settings, events=batch_stream(spark, tmp_path / "in"))
+    operators = monitoring.state_metadata(spark, settings, "sampling").toPandas()
+    assert operators.operatorName.str.contains("transformWithState").all() and len(operators) == 1
+    chunks = monitoring.state_variable(spark, settings, "sampling", "chunks").toPandas()
+    open_windows = sorted(int(key["window_start_ms"]) for key in chunks.key)
+    t0_ms = events(("x", 0.0, 0)).event_time_us[0] // 1000
+    assert [w - t0_ms for w in open_windows] == [30_000, 60_000, 90_000]  # one chunk each
