@@ -45,6 +45,8 @@ bench: check-java broker-up
 	$(PY) benchmarks/ingest.py
 	$(PY) benchmarks/sampling.py
 	$(PY) benchmarks/alert_latency.py
+	$(PY) benchmarks/state_tuning.py
+	$(PY) benchmarks/soak.py
 
 clean: broker-down
 	rm -rf .data runs .broker
