@@ -28,6 +28,8 @@ from sensorcep.runtime import get_spark
 from sensorcep.settings import Settings, env_settings
 
 RULE = alerts.rule_text(0.0)
+#: where a micro-batch's time goes (StreamingQueryProgress.durationMs); addBatch = Kafka read + parse + foreachBatch
+PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets", "triggerExecution")
 
 
 def produce_steady(bootstrap: str, topic: str, rate: int, seconds: float, out, warmup: float = 0.0) -> None:
@@ -105,7 +107,9 @@ def measure(spark, base: Settings, rate: int, trigger: str, seconds: float, warm
     return {"rate": rate, "trigger": trigger, "alerts": len(sent), "received": len(latencies),
             "p50": np.percentile(latencies, 50), "p95": np.percentile(latencies, 95),
             "p99": np.percentile(latencies, 99), "max": latencies.max(),
-            "batch_ms": np.median([p.batchDuration for p in batches]) if batches else float("nan")}
+            "batch_ms": np.median([p.batchDuration for p in batches]) if batches else float("nan"),
+            "phases_ms": {phase: float(np.median([p.durationMs.get(phase, 0) for p in batches])) if batches else 0.0
+                          for phase in PHASES}}
 
 
 def main() -> None:
@@ -130,6 +134,9 @@ def main() -> None:
     for r in results:
         print(f"  {r['rate']:>9,}  {r['trigger']:12} {r['received']:>4}/{r['alerts']:<4} {r['p50']:6.2f} {r['p95']:6.2f} "
               f"{r['p99']:6.2f} {r['max']:6.2f} {r['batch_ms']:>10,.0f}")
+    print("\n  median ms per batch phase: " + "  ".join(PHASES))
+    for r in results:
+        print(f"  {r['rate']:>9,}  {r['trigger']:12} " + "  ".join(f"{r['phases_ms'][p]:>{len(p)},.0f}" for p in PHASES))
     print()
     for rate in map(int, args.rates.split(",")):
         fast = next(r for r in results if r["rate"] == rate and r["trigger"] == triggers[0])

@@ -110,3 +110,27 @@ def test_recommendation_picks_lowest_p95_and_gives_measured_reasons():
 def test_recommendation_needs_sampling_results():
     with pytest.raises(TuningError, match="no sampling-query result"):
         tuning.recommend(pd.DataFrame([_row("window_counts", "hdfs", 600.0, 120.0, 9_000)]))
+
+
+def test_rounds_are_combined_into_one_row_per_configuration_by_median():
+    rows = pd.DataFrame([
+        {"query": "sampling", "preset": "b", "events_per_s": 10.0, "description": "B"},
+        {"query": "sampling", "preset": "a", "events_per_s": 4.0, "description": "A"},
+        {"query": "sampling", "preset": "a", "events_per_s": 6.0, "description": "A"},
+        {"query": "sampling", "preset": "b", "events_per_s": 20.0, "description": "B"},
+    ])
+    table = tuning.median_over_rounds(rows, ["sampling/a", "sampling/b"])
+    assert table[["preset", "events_per_s", "rounds", "description"]].to_dict("records") == [
+        {"preset": "a", "events_per_s": 5.0, "rounds": 2, "description": "A"},
+        {"preset": "b", "events_per_s": 15.0, "rounds": 2, "description": "B"}]
+
+
+def test_a_tie_within_tolerance_goes_to_the_preset_with_fewer_settings():
+    table = pd.DataFrame([
+        _row("sampling", "rocksdb", 1_363.0, 369.0, 21_000), _row("sampling", "rocksdb_changelog", 1_285.0, 288.0, 23_400),
+        _row("sampling", "rocksdb_bounded_memory", 1_256.0, 228.0, 25_300),
+    ])
+    advice = tuning.recommend(table)
+    assert advice.preset == "rocksdb_changelog"
+    assert "rocksdb_bounded_memory had the lowest p95 batch time (1,256 ms)" in advice.reasons[0]
+    assert tuning.recommend(table, tolerance=0.01).preset == "rocksdb_bounded_memory"
