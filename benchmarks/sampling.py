@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import tempfile
@@ -42,7 +41,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from sensorcep import runtime
+from sensorcep import runtime, tuning
 from sensorcep.sampling import PROCESSOR_OUTPUT, WindowSampler, pick_samples, windowed_events
 from sensorcep.settings import Settings
 
@@ -54,26 +53,9 @@ SETTINGS = Settings()
 
 # ------------------------------------------------------------------------------ workload
 def write_workload(folder: Path, events: int, devices: int, rate: int, batch: int, seed: int = 5) -> list[int]:
-    """Parquet files of ``batch`` events each, in arrival order; returns the events per file."""
-    rng = np.random.default_rng(seed)
-    arrival_us = 1_767_571_200_000_000 + (np.arange(events) / rate * 1e6).astype(np.int64)
-    event_us = (arrival_us - rng.uniform(0, 5e6, events).astype(np.int64)) // 1000 * 1000  # jitter < watermark
-    freq = np.round(rng.normal(50, 10, events), 6)
-    freq[rng.random(events) < 0.01] *= -1
-    device = np.char.add("dev-", np.char.zfill(rng.integers(0, devices, events).astype(str), 5))
-    dup = rng.random(events) < 0.01  # exact re-sends of the previous event
-    dup[0] = False
-    idx = np.where(dup, np.arange(events) - 1, np.arange(events))
-    frame = pd.DataFrame({"device_id": device[idx], "sensor_freq": freq[idx],
-                          "event_time": pd.to_datetime(event_us[idx], unit="us", utc=True)})
-    folder.mkdir(parents=True)
-    sizes = []
-    for i, start in enumerate(range(0, events, batch)):
-        path = folder / f"part-{i:05d}.parquet"
-        frame.iloc[start:start + batch].to_parquet(path, index=False, coerce_timestamps="us")
-        sizes.append(len(frame.iloc[start:start + batch]))
-        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))  # file order = batch order
-    return sizes
+    """Parquet files of ``batch`` events each, in arrival order (the 04 tuning harness's generator)."""
+    return tuning.write_workload(folder, tuning.Workload(events=events, devices=devices, rate=rate, batch=batch,
+                                                         seed=seed))
 
 
 def held_events(folder: Path) -> list[int]:

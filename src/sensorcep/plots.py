@@ -98,7 +98,9 @@ def plot_query_progress(progress: pd.DataFrame, query: str, trigger_ms: int = 0)
         state.text(0.5, 0.5, "stateless query", ha="center", va="center", transform=state.transAxes, color="grey")
     state.set(title="state rows and memory")
     if rows.watermark.notna().any():
-        seconds = (pd.to_datetime(rows.event_time_max) - pd.to_datetime(rows.watermark)).dt.total_seconds()
+        watermark = pd.to_datetime(rows.watermark, utc=True)
+        watermark = watermark.where(watermark > pd.Timestamp("1971-01-01", tz="UTC"))  # epoch 0 = no watermark yet
+        seconds = (pd.to_datetime(rows.event_time_max, utc=True) - watermark).dt.total_seconds()
         lag.plot(time_axis, seconds, ".-", color="tab:brown", label="newest event - watermark (s)")
         dropped = lag.twinx()
         dropped.bar(time_axis, rows.rows_dropped_by_watermark.fillna(0), width=0.00002, color="tab:red", alpha=0.5,
