@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import json
-import uuid
 
 import pandas as pd
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 

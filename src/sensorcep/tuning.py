@@ -42,6 +42,8 @@ FORMAT_V2 = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 SHUFFLE = "spark.sql.shuffle.partitions"
 ASYNC_CHECKPOINT = "spark.databricks.streaming.statefulOperator.asyncCheckpoint.enabled"
 ROCKSDB_PREFIX = "spark.sql.streaming.stateStore.rocksdb."
+#: Databricks-only settings the presets use (refused elsewhere: open-source Spark has no such setting)
+DATABRICKS_KEYS = frozenset({ASYNC_CHECKPOINT})
 #: RocksDB options are read by prefix, not registered as SQL settings (open-source Spark 4.1 RocksDBConf)
 ROCKSDB_OPTIONS = frozenset({
     "changelogCheckpointing.enabled", "boundedMemoryUsage", "maxMemoryUsageMB", "writeBufferCacheRatio",
@@ -184,6 +186,8 @@ def validate_conf(spark, conf: Mapping[str, str]) -> None:
                 hint = difflib.get_close_matches(option, ROCKSDB_OPTIONS, n=1)
                 problems.append(f"{key} is not a RocksDB state store option"
                                 + (f" (did you mean {ROCKSDB_PREFIX}{hint[0]}?)" if hint else ""))
+        elif key in DATABRICKS_KEYS and is_databricks():
+            continue  # Databricks reads these when a query starts; its runtime may not report them as SQL settings
         elif not spark.conf.isModifiable(key):
             hint = difflib.get_close_matches(key, [PROVIDER, CHANGELOG, FORMAT_V2, SHUFFLE, ASYNC_CHECKPOINT], n=1)
             problems.append(f"{key} is not a Spark SQL setting this runtime can change per query"
