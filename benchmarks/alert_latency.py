@@ -81,7 +81,11 @@ def measure(spark, base: Settings, rate: int, trigger: str, seconds: float, warm
     settings = base.replace(events_topic=f"lat-events-{run}", alerts_topic=f"lat-alerts-{run}",
                             alerts_trigger=trigger, base_path=tempfile.mkdtemp(prefix="bench-alerts-"),
                             max_offsets_per_trigger=0)
-    broker.create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic])
+    with broker.scratch_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic]):
+        return measure_on(spark, settings, rate, trigger, seconds, warmup)
+
+
+def measure_on(spark, settings: Settings, rate: int, trigger: str, seconds: float, warmup: float) -> dict:
     query = alerts.start_alerts(spark, settings, wait=False)
     while not query.recentProgress:  # the first (empty) batch: Python workers and Delta are warm
         query.awaitTermination(0.2)

@@ -44,7 +44,12 @@ def main() -> None:
     topic = f"bench-ingest-{uuid.uuid4().hex[:8]}"
     settings = env_settings(base_path=base, events_topic=topic, max_offsets_per_trigger=str(args.batch))
     broker.up(settings.kafka_bootstrap_servers)
-    broker.create_topics(settings.kafka_bootstrap_servers, [topic])
+    with broker.scratch_topics(settings.kafka_bootstrap_servers, [topic]):
+        measure(args, settings, topic)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def measure(args, settings, topic: str) -> None:
     sim = simulator.generate(simulator.SimulationConfig(events=args.events, seed=1,
                                                         start=datetime(2026, 1, 1, tzinfo=timezone.utc)))
     simulator.produce(sim, settings.kafka_bootstrap_servers, topic, progress=True)
@@ -64,7 +69,6 @@ def main() -> None:
         d = p["durationMs"]
         print(f"  batch {p['batchId']:>3}: {p['batchDuration']:>6,} ms  "
               f"(latestOffset {d.get('latestOffset', 0)} ms, addBatch {d.get('addBatch', 0)} ms)")
-    shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,11 @@ FAIR pools; ``--trigger`` for the first three, ``--alerts-trigger`` for alerts).
 input rate vs processing rate over that minute (offsets produced / processed per second of wall clock, so a query
 that cannot keep up shows a lower number), p95 batch time, state rows, and how far behind the topic's end the query is (lag, in events and in
 seconds of input); plus the JVM heap. At the end: whether state rows and the live heap (after a full GC each minute) stayed flat (windows are freed)
-and every query kept up (its lag did not grow from the first half to the second).
+and every query kept up (its lag did not grow from the first half to the second). After the producer stops: how
+long each query takes to process the whole topic. The run's topics are deleted at the end.
+
+Measure on a freshly started broker with nothing else running (``make broker-down``, ``rm -rf .broker``,
+``make broker-up``): the machine has 2 cores, and the producer and the broker take about half of one.
 """
 from __future__ import annotations
 
@@ -76,7 +80,11 @@ def main() -> None:
                             base_path=tempfile.mkdtemp(prefix="bench-soak-"), trigger=args.trigger,
                             alerts_trigger=args.alerts_trigger, max_offsets_per_trigger=0)
     broker.wait_until_ready(settings.kafka_bootstrap_servers, timeout=10)
-    broker.create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic])
+    with broker.scratch_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic]):
+        soak(args, settings, run)
+
+
+def soak(args, settings, run: str) -> None:
     spark = get_spark()
     heap = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
     system = spark.sparkContext._jvm.java.lang.System
@@ -111,11 +119,29 @@ def main() -> None:
                   f"{row['processed_per_s']:>11,.0f} {row['batch_p95_ms']:>7,.0f} {row['state_rows']:>10,} "
                   f"{row['lag_events']:>10,} {row['lag_s']:>6.1f} {used:>12,.0f}", flush=True)
         produced_before = end
-    for query in queries:
-        query.stop()
     out.get(timeout=120)  # the producer hands back its send log before it can exit
     producer.join(timeout=60)
     verdict(rows, heaps, args)
+    print(drain(queries, topic_end(offsets, settings.events_topic), args.trigger))
+    for query in queries:  # stopped between batches: nothing is cancelled mid-write
+        query.stop()
+
+
+def drain(queries, produced: int, trigger: str, timeout_s: float = 600) -> str:
+    """After the producer stops: how long each query takes to process the whole topic (its final lag, in time)."""
+    started, caught_up = time.monotonic(), {}
+    while len(caught_up) < len(queries) and time.monotonic() - started < timeout_s:
+        for query in queries:
+            if query.name not in caught_up and query.recentProgress and \
+                    processed_end(json.loads(query.recentProgress[-1].json)) >= produced:
+                caught_up[query.name] = time.monotonic() - started
+        time.sleep(0.5)
+    missing = [q.name for q in queries if q.name not in caught_up]
+    if missing:
+        return f"  drain: {', '.join(missing)} did NOT process all {produced:,} events within {timeout_s:.0f} s"
+    times = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in caught_up.items())
+    return f"  drain: every query processed all {produced:,} events; caught up after the producer stopped: {times} " \
+           f"(trigger {trigger})"
 
 
 def verdict(rows: list[dict], heaps: list[float], args) -> None:

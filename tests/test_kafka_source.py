@@ -3,8 +3,9 @@ import json
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
-from sensorcep.broker import create_topics
+from sensorcep.broker import create_topics, scratch_topics
 from sensorcep.kafka import read_kafka, write_kafka
 from sensorcep.kafka_source import _ranges, cap_offsets
 
@@ -17,6 +18,14 @@ def _produce(bootstrap, topic, n, partitions=1):
     for i in range(n):
         p.produce(topic, key=f"k{i % 7}".encode(), value=f"v{i}".encode(), partition=i % partitions)
     assert p.flush(30) == 0
+
+
+def test_scratch_topics_exist_inside_the_block_and_are_gone_after(bootstrap):
+    names = ["scratch-a", "scratch-b"]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    with scratch_topics(bootstrap, names):
+        assert set(names) <= set(admin.list_topics(timeout=10).topics)
+    assert not set(names) & set(admin.list_topics(timeout=10).topics)
 
 
 def test_cap_offsets_spreads_the_limit_over_the_backlog():
