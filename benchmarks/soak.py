@@ -38,6 +38,10 @@ from sensorcep.runtime import get_spark  # noqa: E402
 from sensorcep.settings import env_settings, parse_duration  # noqa: E402
 
 
+STARTERS = {"ingest": ingest.start_ingest, "sampling": sampling.start_sampling,
+            "device_activity": device_activity.start_device_activity, "alerts": alerts.start_alerts}
+
+
 def topic_end(consumer, topic: str) -> int:
     """The end offset of the (one-partition) events topic: everything produced so far."""
     return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[1]
@@ -73,6 +77,8 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=5_000, help="events per second")
     parser.add_argument("--trigger", default="10 seconds", help="ingest, sampling and device-activity trigger")
     parser.add_argument("--alerts-trigger", default="0 seconds")
+    parser.add_argument("--queries", default=",".join(STARTERS),
+                        help="comma-separated subset, to see what one query costs on its own")
     args = parser.parse_args()
 
     run = uuid.uuid4().hex[:8]
@@ -92,9 +98,7 @@ def soak(args, settings, run: str) -> None:
     out = multiprocessing.Queue()
     producer = multiprocessing.Process(target=produce_steady, daemon=True, args=(
         settings.kafka_bootstrap_servers, settings.events_topic, args.rate, args.minutes * 60, out))
-    queries = [ingest.start_ingest(spark, settings, wait=False), sampling.start_sampling(spark, settings, wait=False),
-               device_activity.start_device_activity(spark, settings, wait=False),
-               alerts.start_alerts(spark, settings, wait=False)]
+    queries = [STARTERS[name](spark, settings, wait=False) for name in args.queries.split(",")]
     producer.start()
     print(f"soak: {args.rate:,} events/s for {args.minutes} min; trigger {args.trigger}, alerts {args.alerts_trigger}; "
           f"topic {settings.events_topic}", flush=True)
