@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from alert_latency import produce_steady  # noqa: E402 - the same steady producer, in its own process
+import psutil  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from sensorcep import alerts, broker, device_activity, ingest, sampling  # noqa: E402
@@ -40,6 +41,43 @@ from sensorcep.settings import env_settings, parse_duration  # noqa: E402
 
 STARTERS = {"ingest": ingest.start_ingest, "sampling": sampling.start_sampling,
             "device_activity": device_activity.start_device_activity, "alerts": alerts.start_alerts}
+
+
+class CpuMeter:
+    """CPU cores used since the last reading, per part of the setup (psutil; processes found afresh each time).
+
+    spark JVM, its python workers (Kafka reads, transformWithState), the driver (this process: foreachBatch code,
+    Delta writes via delta-rs), the producer and the broker. Children that exit are counted by the parent that
+    reaps them.
+    """
+
+    def __init__(self, producer_pid: int):
+        self.producer_pid, self.last, self.at = producer_pid, {}, time.monotonic()
+        self.read()
+
+    def _groups(self) -> dict[str, list[psutil.Process]]:
+        me = psutil.Process()
+        jvms = [c for c in me.children() if c.name() == "java"]
+        groups = {"spark JVM": jvms, "python workers": [d for j in jvms for d in j.children(recursive=True)],
+                  "driver": [me], "producer": [psutil.Process(self.producer_pid)],
+                  "broker": [p for p in psutil.process_iter(["name"]) if "noida" in (p.info["name"] or "")]}
+        return groups
+
+    def read(self) -> dict[str, float]:
+        now, used = time.monotonic(), {}
+        for group, processes in self._groups().items():
+            total = 0.0
+            for process in processes:
+                try:
+                    t = process.cpu_times()
+                except psutil.NoSuchProcess:
+                    continue
+                seconds = t.user + t.system + t.children_user + t.children_system
+                total += seconds - self.last.get(process.pid, seconds if group == "producer" else 0.0)
+                self.last[process.pid] = seconds
+            used[group] = total / (now - self.at)
+        self.at = now
+        return used
 
 
 def topic_end(consumer, topic: str) -> int:
@@ -100,11 +138,12 @@ def soak(args, settings, run: str) -> None:
         settings.kafka_bootstrap_servers, settings.events_topic, args.rate, args.minutes * 60, out))
     queries = [STARTERS[name](spark, settings, wait=False) for name in args.queries.split(",")]
     producer.start()
+    cpu = CpuMeter(producer.pid)
     print(f"soak: {args.rate:,} events/s for {args.minutes} min; trigger {args.trigger}, alerts {args.alerts_trigger}; "
           f"topic {settings.events_topic}", flush=True)
     print(f"{'min':>3} {'query':16} {'batches':>7} {'in/s':>7} {'processed/s':>11} {'p95 ms':>7} {'state rows':>10} "
           f"{'lag events':>10} {'lag s':>6} {'live heap MB':>12}")
-    rows, heaps, started, produced_before, done = [], [], time.monotonic(), 0, {}
+    rows, heaps, cores, started, produced_before, done = [], [], [], time.monotonic(), 0, {}
     for minute in range(1, args.minutes + 1):
         since = datetime.now().astimezone()
         time.sleep(max(0.0, started + minute * 60 - time.monotonic()))
@@ -123,12 +162,21 @@ def soak(args, settings, run: str) -> None:
                   f"{row['processed_per_s']:>11,.0f} {row['batch_p95_ms']:>7,.0f} {row['state_rows']:>10,} "
                   f"{row['lag_events']:>10,} {row['lag_s']:>6.1f} {used:>12,.0f}", flush=True)
         produced_before = end
+        cores.append(cpu.read())
+        print(f"    cpu cores: {cpu_line(cores[-1])}", flush=True)
     out.get(timeout=120)  # the producer hands back its send log before it can exit
     producer.join(timeout=60)
     verdict(rows, heaps, args)
+    mean = {group: statistics.mean(c[group] for c in cores) for group in cores[0]}
+    print(f"  mean cpu cores over the run: {cpu_line(mean)}")
     print(drain(queries, topic_end(offsets, settings.events_topic), args.trigger))
     for query in queries:  # stopped between batches: nothing is cancelled mid-write
         query.stop()
+
+
+def cpu_line(cores: dict[str, float]) -> str:
+    return " | ".join(f"{group} {used:.2f}" for group, used in cores.items()) + \
+        f" | total {sum(cores.values()):.2f} of {psutil.cpu_count()}"
 
 
 def drain(queries, produced: int, trigger: str, timeout_s: float = 600) -> str:
