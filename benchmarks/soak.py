@@ -73,7 +73,7 @@ class CpuMeter:
                 except psutil.NoSuchProcess:
                     continue
                 seconds = t.user + t.system + t.children_user + t.children_system
-                total += seconds - self.last.get(process.pid, seconds if group == "producer" else 0.0)
+                total += seconds - self.last.get(process.pid, 0.0)  # a process new since the last reading: all of it
                 self.last[process.pid] = seconds
             used[group] = total / (now - self.at)
         self.at = now
