@@ -58,10 +58,9 @@ class CpuMeter:
     def _groups(self) -> dict[str, list[psutil.Process]]:
         me = psutil.Process()
         jvms = [c for c in me.children() if c.name() == "java"]
-        groups = {"spark JVM": jvms, "python workers": [d for j in jvms for d in j.children(recursive=True)],
-                  "driver": [me], "producer": [psutil.Process(self.producer_pid)],
-                  "broker": [p for p in psutil.process_iter(["name"]) if "noida" in (p.info["name"] or "")]}
-        return groups
+        return {"spark JVM": jvms, "python workers": [d for j in jvms for d in j.children(recursive=True)],
+                "driver": [me], "producer": [psutil.Process(self.producer_pid)],
+                "broker": [p for p in psutil.process_iter(["name"]) if "noida" in (p.info["name"] or "")]}
 
     def read(self) -> dict[str, float]:
         now, used = time.monotonic(), {}
@@ -118,6 +117,9 @@ def main() -> None:
     parser.add_argument("--queries", default=",".join(STARTERS),
                         help="comma-separated subset, to see what one query costs on its own")
     args = parser.parse_args()
+    unknown = set(args.queries.split(",")) - set(STARTERS)
+    if unknown:
+        parser.error(f"unknown --queries {sorted(unknown)}; choose from {', '.join(STARTERS)}")
 
     run = uuid.uuid4().hex[:8]
     settings = env_settings(events_topic=f"soak-events-{run}", alerts_topic=f"soak-alerts-{run}",
@@ -183,8 +185,8 @@ def drain(queries, produced: int, trigger: str, timeout_s: float = 600) -> str:
     started, caught_up = time.monotonic(), {}
     while len(caught_up) < len(queries) and time.monotonic() - started < timeout_s:
         for query in queries:
-            if query.name not in caught_up and query.recentProgress and \
-                    processed_end(json.loads(query.recentProgress[-1].json)) >= produced:
+            if query.name not in caught_up and query.lastProgress and \
+                    processed_end(json.loads(query.lastProgress.json)) >= produced:
                 caught_up[query.name] = time.monotonic() - started
         time.sleep(0.5)
     missing = [q.name for q in queries if q.name not in caught_up]
