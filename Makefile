@@ -1,13 +1,14 @@
 # sensor-cep: two commands from a fresh clone.
-#   make demo   venv + local broker + simulated events + the pipeline job, then a summary
-#   make test   venv + the whole test suite (unit, integration with the real broker, notebooks)
+#   make demo   venv + JVM jars + local Kafka broker + simulated events + the pipeline job, then a summary
+#   make test   venv + JVM jars + the whole test suite (unit, integration with the real broker, notebooks)
+# Prerequisites: Python 3.10+, Java 17, Maven 3.8+ (fetches the jars pinned in jvm/pom.xml once, into .jars/)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EVENTS ?= 200000
 
-.PHONY: venv demo test lab broker-up broker-down bench clean check-java
+.PHONY: venv jars demo test lab broker-up broker-down bench clean check-java
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ is required")'
@@ -19,6 +20,9 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
+jars: check-java
+	@$(PY) -m sensorcep jars
+
 check-java: venv
 	@$(PY) -c 'from sensorcep.runtime import check_java, JavaMissingError as E; import sys;\
 	exec("try: check_java()\nexcept E as e: sys.exit(str(e))")'
@@ -29,19 +33,19 @@ broker-up: venv
 broker-down: venv
 	$(PY) -m sensorcep broker down
 
-demo: check-java broker-up
+demo: jars broker-up
 	$(PY) -m sensorcep simulate --events $(EVENTS) --devices 1000 --seed 42 --devices-table
 	$(PY) -m sensorcep run
 	$(PY) -m sensorcep summary
 
-test: check-java
+test: jars
 	$(PY) -m pytest
 
-lab: check-java broker-up
+lab: jars broker-up
 	$(PY) -m pip install --quiet -r requirements-lab.txt
 	cd notebooks && ../$(PY) -m jupyter lab --ServerApp.root_dir=.
 
-bench: check-java broker-up
+bench: jars broker-up
 	$(PY) benchmarks/ingest.py
 	$(PY) benchmarks/sampling.py
 	$(PY) benchmarks/alert_latency.py

@@ -1,6 +1,6 @@
 """Shared test fixtures: one SparkSession and one real local Kafka broker per test session.
 
-The broker (noida-db) runs on its own port with its data in a temporary folder; the notebooks run
+The broker (Apache Kafka, KRaft) runs on its own port with its data in a temporary folder; the notebooks run
 by nbmake inherit ``SENSORCEP_*`` environment variables pointing them at it and at a temporary base
 path, with a small simulated data set already in their topic.
 """

@@ -51,7 +51,7 @@ def main() -> None:
         same = got == want and len(got) == len(set(got))
         failed |= not same
         print(f"{table:18} {len(got):>6} rows  {'equal to the uninterrupted run' if same else 'DIFFERENT'}")
-    alerted = {json.loads(value)["alert_id"] for _, _, value in topic_records(bootstrap, crashed.alerts_topic)}
+    alerted = {json.loads(value)["alert_id"] for _, _, _, value in topic_records(bootstrap, crashed.alerts_topic)}
     missing = {row[0] for row in _rows(reference, "anomalies")} - alerted
     print(f"alerts: {len(alerted)} distinct ids, {len(missing)} anomalies never alerted")
     sys.exit(1 if failed or missing else 0)

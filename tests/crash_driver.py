@@ -23,21 +23,23 @@ def die() -> None:
 
 
 def arm(point: str) -> None:
-    import deltalake
+    """Wrap ``DataFrameWriter.save`` of the project's Delta tables (``<base_path>/tables/...``) with the kill point."""
+    from pyspark.sql.readwriter import DataFrameWriter
 
     where, k = point.split(":")
-    original, calls = deltalake.write_deltalake, {"n": 0}
+    original, calls = DataFrameWriter.save, {"n": 0}
 
-    def write_deltalake(*args, **kwargs):
-        calls["n"] += 1
-        if where == "before_commit" and calls["n"] == int(k):
+    def save(self, path=None, *args, **kwargs):
+        ours = path is not None and "/tables/" in str(path)
+        calls["n"] += ours
+        if ours and where == "before_commit" and calls["n"] == int(k):
             die()
-        result = original(*args, **kwargs)
-        if where == "after_commit" and calls["n"] == int(k):
+        result = original(self, path, *args, **kwargs)
+        if ours and where == "after_commit" and calls["n"] == int(k):
             die()
         return result
 
-    deltalake.write_deltalake = write_deltalake  # sensorcep.delta imports it at call time
+    DataFrameWriter.save = save
 
 
 def main() -> None:

@@ -6,7 +6,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
-from deltalake import DeltaTable
 
 T0 = datetime(2026, 1, 5, 0, 0, tzinfo=timezone.utc)  # a multiple of every window / slide used
 T0_US = int(T0.timestamp() * 1_000_000)
@@ -35,9 +34,31 @@ def batch_stream(spark, folder: Path):
     return spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(folder))
 
 
+def delta_frame(path: str, columns: list[str] | None = None, version: int | None = None) -> pd.DataFrame:
+    """A Delta table read with Delta's Spark connector (the test session's), as pandas; timestamps UTC-aware."""
+    from sensorcep import delta
+    from sensorcep.runtime import get_spark
+
+    df = delta.read_table(get_spark(), str(path), version)
+    frame = (df.select(*columns) if columns else df).toPandas()
+    for name in frame.columns:
+        if pd.api.types.is_datetime64_dtype(frame[name]) and frame[name].dt.tz is None:
+            frame[name] = frame[name].dt.tz_localize("UTC")
+    return frame
+
+
+def delta_version(path: str) -> int:
+    """The newest version of a Delta table (its history's head)."""
+    from delta.tables import DeltaTable
+
+    from sensorcep.runtime import get_spark
+
+    return DeltaTable.forPath(get_spark(), str(path)).history(1).collect()[0]["version"]
+
+
 def sample_rows(settings) -> list[tuple]:
     """``sensor_samples`` as comparable tuples, in the oracle's integer time units."""
-    table = DeltaTable(settings.table_path("sensor_samples")).to_pandas()
+    table = delta_frame(settings.table_path("sensor_samples"))
     us = lambda t: pd.Timestamp(t).value // 1000  # noqa: E731 - naive or UTC, both mean UTC here
     return sorted(
         (us(r.window_start) // 1000, us(r.window_end) // 1000, r.device_id, float(r.sensor_freq), us(r.event_time),
@@ -54,8 +75,31 @@ def oracle_rows(frame: pd.DataFrame) -> list[tuple]:
     )
 
 
-def topic_records(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes]]:
-    """Every record of a one-partition topic: (offset, key, value)."""
+def produce_acknowledged(records: pd.DataFrame, bootstrap: str, topic: str, acknowledged: set, rate: float) -> None:
+    """Produce ``records`` (key, value, timestamp_ms) at about ``rate`` records/s with an idempotent producer that
+    retries for up to 3 minutes; add the index of every record Kafka acknowledged to ``acknowledged``."""
+    import time
+
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                         "delivery.timeout.ms": 180_000, "log_level": 0})
+    started = time.monotonic()
+    for i, (index, key, value, ts) in enumerate(zip(records.index, records.key, records.value, records.timestamp_ms)):
+        def on_delivery(err, _msg, index=index):
+            if err is None:
+                acknowledged.add(index)
+
+        producer.produce(topic, value=value, key=key, timestamp=int(ts), on_delivery=on_delivery)
+        producer.poll(0)
+        ahead = i / rate - (time.monotonic() - started)
+        if ahead > 0:
+            time.sleep(ahead)  # pacing the producer, not synchronising the test
+    producer.flush(200)
+
+
+def topic_records(bootstrap: str, topic: str) -> list[tuple[int, int, bytes, bytes]]:
+    """Every record of a topic, all partitions: (partition, offset, key, value), in partition then offset order."""
     import uuid
 
     from confluent_kafka import Consumer, TopicPartition
@@ -63,13 +107,16 @@ def topic_records(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes]]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "receive.message.max.bytes": 1_000_000_000})
     try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        consumer.assign([TopicPartition(topic, 0, low)])
-        records: dict[int, tuple] = {}
-        while len(records) < high - low:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ranges = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in partitions}
+        consumer.assign([TopicPartition(topic, p, low) for p, (low, _) in ranges.items()])
+        expected = sum(high - low for low, high in ranges.values())
+        records: dict[tuple[int, int], tuple] = {}
+        while len(records) < expected:
             for message in consumer.consume(1_000, 5.0):
                 if message.error() is None:
-                    records[message.offset()] = (message.offset(), message.key(), message.value())
-        return [records[o] for o in sorted(records)]
+                    key = (message.partition(), message.offset())
+                    records[key] = (*key, message.key(), message.value())
+        return [records[k] for k in sorted(records)]
     finally:
         consumer.close()

@@ -5,21 +5,20 @@ import json
 
 import pandas as pd
 import pytest
-from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from sensorcep import alerts, sampling, simulator
 from sensorcep.broker import create_topics
 from sensorcep.streaming import finish, start_query
 from crash import kill_after_first_commit
-from streams import T0, T0_US, batch_stream, events, topic_records, write_batches
+from streams import T0, T0_US, batch_stream, delta_frame, events, topic_records, write_batches
 
 pytestmark = pytest.mark.integration
 
 
 def consume_all(bootstrap: str, topic: str) -> list[tuple[bytes, dict]]:
     """Every record of a one-partition topic: (key, JSON value)."""
-    return [(key, json.loads(value)) for _, key, value in topic_records(bootstrap, topic)]
+    return [(key, json.loads(value)) for _, _, key, value in topic_records(bootstrap, topic)]
 
 
 def test_alert_id_is_the_same_in_python_and_spark(spark):
@@ -49,7 +48,7 @@ def test_each_anomaly_becomes_one_alert_with_its_fields(spark, settings, tmp_pat
         assert value["sensor_freq"] == expected[alert_id][1] and value["rule"] == "sensor_freq < 0"
         assert set(value) == set(alerts.ALERT_FIELDS)
         assert pd.Timestamp(value["detected_at"]) >= pd.Timestamp(value["event_time"])
-    anomalies = DeltaTable(settings.table_path("anomalies")).to_pandas()
+    anomalies = delta_frame(settings.table_path("anomalies"))
     assert sorted(anomalies.alert_id) == sorted(expected)
 
 
@@ -72,7 +71,7 @@ def test_crash_and_restart_alerts_every_anomaly_with_stable_ids(spark, settings)
         event = (value["device_id"], value["sensor_freq"], value["event_time"])
         assert stable.setdefault(value["alert_id"], event) == event
     assert len(records) >= len(anomalous)
-    anomalies = DeltaTable(settings.table_path("anomalies")).to_pandas()
+    anomalies = delta_frame(settings.table_path("anomalies"))
     assert len(anomalies) == len(anomalous), "Delta: each anomalous record exactly once"
 
 
@@ -101,7 +100,7 @@ def test_escalation_only_for_alerts_not_acked_within_the_bound(spark, settings):
     ])
     alerts.start_escalations(spark, settings)
     alerts.start_escalations(spark, settings)  # a second run adds nothing
-    escalated = DeltaTable(settings.table_path("alert_escalations")).to_pandas()
+    escalated = delta_frame(settings.table_path("alert_escalations"))
     # the watermark (max event/ack time 2,000 s - 30 s) has passed a, b and c's bounds, not d's
     assert sorted(escalated.alert_id) == sorted([never["alert_id"], acked_late["alert_id"]])
     assert set(escalated.reason) == {"not acknowledged within 10 minutes"}

@@ -8,13 +8,12 @@ from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 import pytest
-from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from sensorcep import ingest, sampling
+from sensorcep import delta, ingest, sampling
 from sensorcep.broker import create_topics
 from sensorcep.simulator import produce_records
-from streams import topic_records
+from streams import delta_frame, topic_records
 
 pytestmark = pytest.mark.integration
 NOW = datetime(2026, 4, 1, 12, 0, tzinfo=timezone.utc)
@@ -77,19 +76,23 @@ def test_every_record_is_an_event_or_a_quarantine_row_and_the_stream_survives(sp
     ingest.start_ingest(spark, settings)  # resumes from its checkpoint: exactly this example's records are new
     sampling.start_sampling(spark, settings)  # the stateful consumer of the same topic keeps running too
 
-    bronze = DeltaTable(settings.table_path("bronze_events")).to_pandas(columns=["device_id", "event_time", "offset"]) \
-        if DeltaTable.is_deltatable(settings.table_path("bronze_events")) else pd.DataFrame(columns=["offset"])
-    quarantine = DeltaTable(settings.table_path("quarantine_events")).to_pandas(columns=["offset", "reason"])
+    bronze = delta_frame(settings.table_path("bronze_events"), ["device_id", "event_time", "partition", "offset"]) \
+        if delta.table_exists(settings.table_path("bronze_events")) else pd.DataFrame(columns=["partition", "offset"])
+    quarantine = delta_frame(settings.table_path("quarantine_events"), ["partition", "offset", "reason"]) \
+        if delta.table_exists(settings.table_path("quarantine_events")) else pd.DataFrame(columns=["partition", "offset", "reason"])
     assert quarantine.reason.notna().all() and (quarantine.reason.str.len() > 0).all()
-    assert not set(bronze.offset) & set(quarantine.offset), "a record is either an event or quarantined"
+    in_bronze = set(zip(bronze.partition, bronze.offset))
+    in_quarantine = set(zip(quarantine.partition, quarantine.offset))
+    assert not in_bronze & in_quarantine, "a record is either an event or quarantined"
     duplicates = len(bronze) and int(bronze.duplicated(["device_id", "event_time"]).sum())
     assert duplicates == 0
-    seen = set(bronze.offset) | set(quarantine.offset)
-    missing = set(range(bad_input["produced"])) - seen
-    assert seen <= set(range(bad_input["produced"]))
+    produced = {(partition, offset): value for partition, offset, _, value
+                in topic_records(settings.kafka_bootstrap_servers, settings.events_topic)}
+    assert len(produced) == bad_input["produced"]
+    seen = in_bronze | in_quarantine
+    missing = set(produced) - seen
+    assert seen <= set(produced)
     if missing:  # what is neither must be a duplicate (device_id, event_time) of a valid event in bronze
-        produced = {offset: value for offset, _, value in topic_records(settings.kafka_bootstrap_servers,
-                                                                         settings.events_topic)}
         keys = set(zip(bronze.device_id, pd.to_datetime(bronze.event_time, utc=True)))
         for offset in missing:
             event = json.loads(produced[offset])
@@ -114,7 +117,7 @@ def test_a_new_optional_field_is_merged_into_bronze_and_can_go_away_again(spark,
 
     produce([event(i) for i in range(0, 5)], 0)
     ingest.start_ingest(spark, settings)
-    v1_columns = DeltaTable(path).schema().to_arrow().names
+    v1_columns = delta.read_table(spark, path).columns
     assert "firmware" not in v1_columns
 
     evolved = settings.replace(extra_fields="firmware")
@@ -123,12 +126,10 @@ def test_a_new_optional_field_is_merged_into_bronze_and_can_go_away_again(spark,
     produce([event(i) for i in range(10, 15)], 10)  # the field disappears again
     ingest.start_ingest(spark, evolved)
 
-    table = DeltaTable(path)
-    bronze = table.to_pandas().sort_values("device_id", key=lambda d: d.str[1:].astype(int))
+    bronze = delta_frame(path).sort_values("device_id", key=lambda d: d.str[1:].astype(int))
     assert list(bronze.firmware) == [None] * 5 + [f"1.{i}" for i in range(5, 10)] + [None] * 5
-    old_reader = table.to_pandas(columns=v1_columns)  # an existing reader of the v1 columns is unaffected
+    old_reader = delta_frame(path, v1_columns)  # an existing reader of the v1 columns is unaffected
     assert len(old_reader) == 15 and list(old_reader.columns) == v1_columns
-    assert len(DeltaTable(path, version=0).to_pandas()) == 5  # and time travel to v1 still reads
-    spark_view = spark.createDataFrame(table.to_pyarrow_table()).where("firmware is not null")
-    assert spark_view.count() == 5
+    assert len(delta_frame(path, version=0)) == 5  # and time travel to v1 still reads
+    assert delta.read_table(spark, path).where("firmware is not null").count() == 5
     assert Settings.from_mapping({"extra_fields": "firmware, build"}).extra_field_names == ["firmware", "build"]

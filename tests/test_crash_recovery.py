@@ -11,11 +11,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 
 from sensorcep import alerts, ingest, sampling, simulator
 from sensorcep.broker import create_topics
-from streams import topic_records
+from streams import delta_frame, topic_records
 
 pytestmark = pytest.mark.integration
 DRIVER = Path(__file__).with_name("crash_driver.py")
@@ -55,7 +54,7 @@ def run_driver(settings, point: str | None) -> int:
 
 
 def _rows(settings, table: str) -> list[tuple]:
-    frame = DeltaTable(settings.table_path(table)).to_pandas(columns=COMPARED[table])
+    frame = delta_frame(settings.table_path(table), COMPARED[table])
     if "roles" in frame:
         frame["roles"] = frame["roles"].map(tuple)
     return sorted(map(tuple, frame.astype(object).where(frame.notna(), None).itertuples(index=False)), key=repr)
@@ -96,6 +95,6 @@ def test_kill_9_at_random_points_then_restart_equals_an_uninterrupted_run(spark,
         assert got == want, f"{table} differs from the uninterrupted run"
     assert len(_rows(reference, "sensor_samples")) > 0 and len(_rows(reference, "anomalies")) > 0
 
-    alert_ids = [json.loads(value)["alert_id"] for _, _, value in topic_records(bootstrap, "crash-alerts")]
+    alert_ids = [json.loads(value)["alert_id"] for _, _, _, value in topic_records(bootstrap, "crash-alerts")]
     anomaly_ids = {row[0] for row in _rows(reference, "anomalies")}
     assert set(alert_ids) == anomaly_ids  # every anomaly alerted at least once, nothing else alerted

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import pandas as pd
-from deltalake import DeltaTable
 
 from sensorcep import device_activity
-from streams import T0, batch_stream, events, write_batches
+from streams import T0, batch_stream, delta_frame, events, write_batches
 
 # timeout 5 minutes, watermark 30 s; times are seconds after T0
 BATCHES = [
@@ -17,7 +16,7 @@ BATCHES = [
 
 
 def _status(settings) -> list[tuple]:
-    table = DeltaTable(settings.table_path("device_status")).to_pandas()
+    table = delta_frame(settings.table_path("device_status"))
     seconds = lambda t: (pd.Timestamp(t).value // 1000 - int(T0.timestamp() * 1e6)) / 1e6  # noqa: E731
     return sorted((r.device_id, r.status_event, r.status, seconds(r.changed_at), int(r.event_count))
                   for r in table.itertuples(index=False))
@@ -37,5 +36,5 @@ def test_offline_after_timeout_and_online_again(spark, settings, tmp_path):
         ("c", "device_online", "online", 700.0, 2),
     ]
     current = device_activity.current_status(spark.createDataFrame(
-        DeltaTable(settings.table_path("device_status")).to_pandas()))
+        delta_frame(settings.table_path("device_status"))))
     assert {r.device_id: r.status for r in current.collect()} == {"a": "online", "b": "offline", "c": "online"}

@@ -2,18 +2,18 @@
 from datetime import datetime, timezone
 
 import pytest
-from deltalake import DeltaTable
 
 from sensorcep import ingest, simulator
 from sensorcep.broker import create_topics
 from crash import kill_after_first_commit
+from streams import delta_frame
 
 pytestmark = pytest.mark.integration
 START = datetime(2026, 3, 1, 8, 0, tzinfo=timezone.utc)
 
 
 def _bronze_keys(settings):
-    df = DeltaTable(settings.table_path("bronze_events")).to_pandas(columns=["device_id", "event_time"])
+    df = delta_frame(settings.table_path("bronze_events"), ["device_id", "event_time"])
     return list(zip(df.device_id, df.event_time.dt.tz_localize(None) if df.event_time.dt.tz else df.event_time))
 
 
@@ -25,7 +25,7 @@ def _expected(*sims):
 
 
 def _quarantine(settings):
-    return DeltaTable(settings.table_path("quarantine_events")).to_pandas(columns=["offset", "reason", "raw_value"])
+    return delta_frame(settings.table_path("quarantine_events"), ["offset", "reason", "raw_value"])
 
 
 def _produce(settings, events, seed, start):

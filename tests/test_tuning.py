@@ -4,7 +4,7 @@ import json
 import pandas as pd
 import pytest
 
-from sensorcep import tuning
+from sensorcep import delta, tuning
 from sensorcep.tuning import TuningError, Workload
 
 TINY = Workload(events=3_000, devices=20, rate=25, batch=1_000)  # 2 minutes of event time: windows close
@@ -38,11 +38,9 @@ def test_session_settings_are_restored_after_the_runs(results, spark):
 
 
 def test_results_land_in_delta_tuning_results(results, spark):
-    from deltalake import DeltaTable
-
     table, _, settings = results
     path = tuning.save_results(spark, table, settings)
-    stored = DeltaTable(path).to_pandas()
+    stored = delta.read_table(spark, path).toPandas()
     assert sorted(stored["preset"]) == ["hdfs", "rocksdb_changelog"]
     assert set(stored["run_id"]) == set(table["run_id"])
 

@@ -1,4 +1,4 @@
-"""Command line: ``python -m sensorcep broker|simulate|run|summary``."""
+"""Command line: ``python -m sensorcep jars|broker|simulate|run|summary``."""
 from __future__ import annotations
 
 import argparse
@@ -20,14 +20,22 @@ def _params(items: list[str]) -> dict[str, str]:
     return out
 
 
+def cmd_jars(args) -> None:
+    from . import jars
+
+    if not jars.fetch():
+        print(f"JVM dependencies are up to date in {jars.JARS_DIR}")
+
+
 def cmd_broker(args) -> None:
     settings = env_settings()
     if args.action == "up":
+        print(f"starting Apache Kafka (KRaft) at {settings.kafka_bootstrap_servers} ...", flush=True)
         address = broker.up(settings.kafka_bootstrap_servers)
-        print(f"Kafka broker up at {address} (data: {broker.DEFAULT_DATA_DIR})")
+        print(f"Kafka broker up at {address} (data and logs: {broker.DEFAULT_DATA_DIR})")
     elif args.action == "down":
-        broker.down()
-        print("Kafka broker stopped (data kept)")
+        stopped = broker.down()
+        print("Kafka broker stopped (data kept)" if stopped else "Kafka broker was not running")
     else:
         print(broker.status())
 
@@ -36,16 +44,15 @@ def cmd_simulate(args) -> None:
     from . import simulator
     from .kafka import client_config
 
-    settings = env_settings(events_topic=args.topic)
+    settings = env_settings(events_topic=args.topic, partitions=args.partitions)
     start = datetime.fromisoformat(args.start.replace("Z", "+00:00")) if args.start else None
     config = simulator.SimulationConfig(
         events=args.events, devices=args.devices, seed=args.seed, start=start, rate=args.rate,
         malformed_share=args.malformed_share, anomaly_share=args.anomaly_share,
         duplicate_share=args.duplicate_share, late_share=args.late_share, too_late_share=args.too_late_share,
     )
-    broker.create_topics(settings.kafka_bootstrap_servers, {settings.events_topic: args.partitions})
-    broker.create_topics(settings.kafka_bootstrap_servers, [t for t in (settings.alerts_topic, settings.acks_topic,
-                                                                        settings.escalations_topic) if t])
+    broker.create_topics(settings.kafka_bootstrap_servers, [t for t in (settings.events_topic, settings.alerts_topic,
+                         settings.acks_topic, settings.escalations_topic) if t], partitions=settings.partitions)
     sim = simulator.generate(config)
     conf = client_config(settings)
     bootstrap = conf.pop("bootstrap.servers")
@@ -82,7 +89,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sensorcep", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("broker", help="the local Kafka broker (noida-db)")
+    p = sub.add_parser("jars", help="fetch the pinned JVM dependencies (jvm/pom.xml) with Maven, once")
+    p.set_defaults(func=cmd_jars)
+
+    p = sub.add_parser("broker", help="the local Kafka broker (Apache Kafka, KRaft mode)")
     p.add_argument("action", choices=["up", "down", "status"])
     p.set_defaults(func=cmd_broker)
 
@@ -93,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rate", type=float, default=1_000.0, help="events per simulated second")
     p.add_argument("--start", help="simulated start (ISO-8601); default: span ends now")
     p.add_argument("--topic", default=None, help="default: the events_topic setting")
-    p.add_argument("--partitions", type=int, default=1, help="keep 1 on the local broker")
+    p.add_argument("--partitions", type=int, default=None, help="partitions of topics it creates (default: the partitions setting)")
     p.add_argument("--malformed-share", type=float, default=0.01)
     p.add_argument("--anomaly-share", type=float, default=0.01)
     p.add_argument("--duplicate-share", type=float, default=0.01)
@@ -114,11 +124,12 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(func=cmd_summary)
 
     args = parser.parse_args(argv)
+    from .jars import JarsError
     from .runtime import JavaMissingError
 
     try:
         args.func(args)
-    except (broker.BrokerError, JavaMissingError) as exc:
+    except (broker.BrokerError, JavaMissingError, JarsError) as exc:
         print(f"✘ {exc}", file=sys.stderr)
         raise SystemExit(1) from None
 

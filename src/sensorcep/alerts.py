@@ -79,8 +79,7 @@ def start_alerts(spark: SparkSession, settings: Settings, *, wait: bool = True, 
     from .streaming import run_available_now, start_query
 
     if events is None:  # the fast path of the parser: a quarter of the full parser's per-batch cost
-        events = fast_valid_events(read_kafka(spark, settings.replace(trigger=settings.alerts_trigger),
-                                              settings.events_topic, min_partitions=1), settings)
+        events = fast_valid_events(read_kafka(spark, settings, settings.events_topic), settings)
     runner = run_available_now if wait else start_query
     return runner(alert_stream(events, settings), settings, QUERY, foreach_batch=write_alerts_batch(settings),
                   trigger=settings.alerts_trigger, pool="alerts")

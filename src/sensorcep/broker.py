@@ -1,29 +1,41 @@
-"""The local Kafka broker: ``noida-db`` (PyPI) as a background process, data under ``.broker/``."""
+"""The local Kafka broker: Apache Kafka itself, one KRaft node (broker + controller) as a background JVM.
+
+Everything lives under one folder (default ``.broker/``): ``server.properties``, the log directory
+``data/`` (formatted with Kafka's storage tool on first start), ``broker.out`` (the JVM's console),
+``broker.pid``. ``down`` stops exactly the process recorded there (pid *and* start time must match).
+The jars come from ``jvm/pom.xml`` (``.jars/broker``), the heap is bounded (``SENSORCEP_BROKER_HEAP``,
+default 512 MB): Spark and the broker share two cores here.
+
+The local broker keeps records until the folder is deleted (``log.retention.ms=-1``): simulated and test
+events carry historic Kafka timestamps (``CreateTime``), which time-based retention would delete at its
+next check. A production cluster keeps its own retention; nothing here sets topic configs on it.
+"""
 from __future__ import annotations
 
-import shutil
+import base64
+import os
+import signal
 import socket
 import subprocess
-import sys
 import time
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
 from .settings import PROJECT_ROOT
 
 DEFAULT_DATA_DIR = PROJECT_ROOT / ".broker"
+DEFAULT_PARTITIONS = 2
+START_TIMEOUT_S = 90.0
 
 
 class BrokerError(RuntimeError):
     pass
 
 
-def _noida() -> str:
-    exe = Path(sys.executable).with_name("noida-db")
-    found = str(exe) if exe.exists() else shutil.which("noida-db")
-    if not found:
-        raise BrokerError("noida-db is not installed in this environment: run `make venv` first")
-    return found
+def _split(bootstrap: str) -> tuple[str, int]:
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    return host or "127.0.0.1", int(port)
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -32,43 +44,153 @@ def _port_open(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def _split(bootstrap: str) -> tuple[str, int]:
-    host, _, port = bootstrap.split(",")[0].rpartition(":")
-    return host or "127.0.0.1", int(port)
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
-def _run(*args: str, data_dir: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([_noida(), *args, "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=60)
+def _java() -> str:
+    from .runtime import check_java
+
+    return check_java()
+
+
+def _properties(data_dir: Path, host: str, port: int, controller_port: int) -> str:
+    return "\n".join([
+        "# written by `python -m sensorcep broker up`: a one-node KRaft cluster for the local twin",
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.bootstrap.servers={host}:{controller_port}",
+        f"listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+        f"advertised.listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        f"log.dirs={data_dir / 'data'}",
+        f"num.partitions={DEFAULT_PARTITIONS}",
+        "offsets.topic.replication.factor=1",
+        "offsets.topic.num.partitions=4",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "share.coordinator.state.topic.replication.factor=1",
+        "share.coordinator.state.topic.min.isr=1",
+        "group.initial.rebalance.delay.ms=0",
+        "# historic CreateTime timestamps (simulated data) must not be deleted by time retention (module docstring)",
+        "log.retention.ms=-1",
+        "# two cores shared with Spark: few threads",
+        "num.network.threads=2",
+        "num.io.threads=2",
+        "background.threads=2",
+        "num.recovery.threads.per.data.dir=1",
+        "log.cleaner.threads=1",
+        "",
+    ])
+
+
+def _log4j(data_dir: Path) -> Path:
+    path = data_dir / "log4j2.properties"
+    path.write_text("\n".join([
+        "rootLogger.level = WARN",
+        "rootLogger.appenderRef.console.ref = console",
+        "appender.console.type = Console",
+        "appender.console.name = console",
+        "appender.console.layout.type = PatternLayout",
+        "appender.console.layout.pattern = [%d] %p %m (%c)%n",
+        "logger.server.name = kafka.server.KafkaRaftServer",
+        "logger.server.level = INFO",
+        "",
+    ]))
+    return path
+
+
+def _jvm(data_dir: Path, main: str, *args: str) -> list[str]:
+    from .jars import broker_classpath
+
+    heap = os.environ.get("SENSORCEP_BROKER_HEAP", "512m")
+    return [_java(), f"-Xmx{heap}", f"-Xms128m", "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={_log4j(data_dir)}", "-cp", broker_classpath(), main, *args]
+
+
+def _format_storage(data_dir: Path, properties: Path) -> None:
+    """Kafka's storage tool, once: a new cluster id, this node as the standalone controller."""
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    result = subprocess.run(_jvm(data_dir, "kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
+                                 "--config", str(properties), "--standalone"),
+                            capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise BrokerError(f"Kafka's storage tool could not format {data_dir / 'data'}: "
+                          f"{(result.stderr or result.stdout).strip()[-500:]}")
+
+
+# ------------------------------------------------------------------------------ our process
+def _pid_file(data_dir: Path) -> Path:
+    return Path(data_dir) / "broker.pid"
+
+
+def _started_at(pid: int) -> float | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def pid(data_dir: Path = DEFAULT_DATA_DIR) -> int | None:
+    """The pid of the broker started from ``data_dir``, if that very process is still alive."""
+    path = _pid_file(data_dir)
+    if not path.exists():
+        return None
+    try:
+        recorded, started = path.read_text().split()
+        recorded_pid, started_at = int(recorded), float(started)
+    except ValueError:
+        return None
+    now = _started_at(recorded_pid)
+    return recorded_pid if now is not None and abs(now - started_at) < 1.0 else None  # not a recycled pid
 
 
 def is_running(data_dir: Path = DEFAULT_DATA_DIR) -> bool:
-    """Is our broker (the one whose data lives in ``data_dir``) up?"""
-    if not (Path(data_dir) / "noida.control.json").exists():
-        return False
-    out = _run("status", data_dir=Path(data_dir)).stdout
-    return any("kafka" in line and "✔" in line for line in out.splitlines())
+    return pid(data_dir) is not None
 
 
-def wait_until_ready(bootstrap: str, timeout: float = 30.0) -> None:
-    """Block until the broker answers a metadata request."""
+def _console_tail(data_dir: Path, lines: int = 6) -> str:
+    out = Path(data_dir) / "broker.out"
+    if not out.exists():
+        return ""
+    wanted = [line for line in out.read_text(errors="replace").splitlines() if line.strip()]
+    return " | ".join(wanted[-lines:])
+
+
+def wait_until_ready(bootstrap: str, timeout: float = START_TIMEOUT_S, process: subprocess.Popen | None = None,
+                     data_dir: Path | None = None) -> None:
+    """Block until the broker answers a metadata request (or its process has died: then say why)."""
     from confluent_kafka.admin import AdminClient
 
     deadline = time.monotonic() + timeout
     last = None
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 1000,
+                         "log_level": 0})  # "connection refused" is expected while the broker starts
     while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise BrokerError(f"the Kafka broker exited during start (code {process.returncode}): "
+                              f"{_console_tail(data_dir) if data_dir else ''}")
         try:
-            AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=2)
-            return
+            metadata = admin.list_topics(timeout=2)
+            if metadata.brokers:
+                return
         except Exception as exc:  # KafkaException while the broker starts
             last = exc
-            time.sleep(0.2)
+        time.sleep(0.2)
     raise BrokerError(f"the Kafka broker at {bootstrap} did not answer within {timeout:.0f} s ({last})")
 
 
 def up(bootstrap: str = "127.0.0.1:9092", data_dir: Path = DEFAULT_DATA_DIR) -> str:
     """Start the broker (or reuse ours if it is already up); return its bootstrap address."""
     host, port = _split(bootstrap)
-    data_dir = Path(data_dir)
+    data_dir = Path(data_dir).resolve()
     if is_running(data_dir):
         wait_until_ready(bootstrap)
         return bootstrap
@@ -78,42 +200,82 @@ def up(bootstrap: str = "127.0.0.1:9092", data_dir: Path = DEFAULT_DATA_DIR) -> 
             f"address with kafka_bootstrap_servers / SENSORCEP_KAFKA_BOOTSTRAP_SERVERS"
         )
     data_dir.mkdir(parents=True, exist_ok=True)
-    result = _run("up", "--only", "kafka", "--host", host, "--kafka-port", str(port), data_dir=data_dir)
-    if result.returncode != 0:
-        log = data_dir / "noida.log"
-        tail = log.read_text(errors="replace").splitlines()[-5:] if log.exists() else []
-        raise BrokerError(f"noida-db failed to start (exit {result.returncode}): {result.stderr.strip() or result.stdout.strip()} {' '.join(tail)}")
-    wait_until_ready(bootstrap)
+    properties = data_dir / "server.properties"
+    formatted = (data_dir / "data" / "meta.properties").exists()
+    if formatted:  # keep the controller port the storage was formatted with
+        controller_port = int(properties.read_text().split("controller.quorum.bootstrap.servers=")[1]
+                              .split()[0].rpartition(":")[2])
+    else:
+        controller_port = _free_port(host)
+    properties.write_text(_properties(data_dir, host, port, controller_port))
+    if not formatted:
+        _format_storage(data_dir, properties)
+    with open(data_dir / "broker.out", "ab") as console:
+        process = subprocess.Popen(_jvm(data_dir, "kafka.Kafka", str(properties)), stdout=console,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    _pid_file(data_dir).write_text(f"{process.pid} {_started_at(process.pid)}")
+    try:
+        wait_until_ready(bootstrap, process=process, data_dir=data_dir)
+    except BrokerError:
+        if process.poll() is None:
+            process.kill()
+        _pid_file(data_dir).unlink(missing_ok=True)
+        raise
     return bootstrap
 
 
-def down(data_dir: Path = DEFAULT_DATA_DIR) -> None:
-    if (Path(data_dir) / "noida.control.json").exists():
-        _run("down", data_dir=Path(data_dir))
+def down(data_dir: Path = DEFAULT_DATA_DIR, timeout: float = 60.0) -> bool:
+    """Stop our broker (SIGTERM, a clean shutdown; SIGKILL after ``timeout``). False if it was not running."""
+    found = pid(data_dir)
+    _pid_file(data_dir).unlink(missing_ok=True) if found is None else None
+    if found is None:
+        return False
+    import psutil
+
+    process = psutil.Process(found)
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except psutil.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+    _pid_file(data_dir).unlink(missing_ok=True)
+    return True
+
+
+def kill(data_dir: Path = DEFAULT_DATA_DIR) -> None:
+    """``kill -9`` our broker (crash tests): no clean shutdown, the next ``up`` recovers its logs."""
+    found = pid(data_dir)
+    if found is None:
+        raise BrokerError(f"no broker of ours runs from {data_dir}")
+    import psutil
+
+    process = psutil.Process(found)
+    process.kill()
+    process.wait(10)
 
 
 def status(data_dir: Path = DEFAULT_DATA_DIR) -> str:
-    if not (Path(data_dir) / "noida.control.json").exists():
+    found = pid(data_dir)
+    if found is None:
         return "kafka: not running"
-    lines = [l.strip() for l in _run("status", data_dir=Path(data_dir)).stdout.splitlines() if "kafka" in l]
-    return "\n".join(lines) or "kafka: not running"
+    props = (Path(data_dir) / "server.properties").read_text()
+    listener = props.split("listeners=PLAINTEXT://")[1].split(",")[0]
+    return f"kafka: running (pid {found}) at {listener}, data in {Path(data_dir).resolve() / 'data'}"
 
 
-def create_topics(bootstrap: str, topics: dict[str, int] | list[str], config: dict | None = None) -> None:
-    """Create topics that do not exist yet (a list: one partition each, or name -> partitions).
-
-    Locally use one partition: noida-db 0.2.3 misplaces records of a multi-partition topic once a
-    second producer session writes to it (reads split a partition instead, see ``minPartitions``).
-    """
+# ------------------------------------------------------------------------------ topics
+def create_topics(bootstrap: str, topics: dict[str, int] | list[str], config: dict | None = None,
+                  partitions: int = DEFAULT_PARTITIONS) -> None:
+    """Create topics that do not exist yet (a list: ``partitions`` each, or name -> partitions)."""
     if not isinstance(topics, dict):
-        topics = {name: 1 for name in topics}
-    from confluent_kafka.admin import AdminClient, NewTopic
+        topics = {name: partitions for name in topics}
     from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **(config or {})})
     existing = set(admin.list_topics(timeout=10).topics)
-    # simulated events carry old Kafka timestamps: keep them (no time-based retention)
-    wanted = [NewTopic(name, n, 1, config={"retention.ms": "-1"}) for name, n in topics.items() if name not in existing]
+    wanted = [NewTopic(name, n, 1) for name, n in topics.items() if name not in existing]
     if not wanted:
         return
     for name, future in admin.create_topics(wanted).items():
@@ -138,10 +300,10 @@ def delete_topics(bootstrap: str, topics: list[str]) -> None:
 
 
 @contextmanager
-def scratch_topics(bootstrap: str, topics: list[str]):
+def scratch_topics(bootstrap: str, topics: list[str], partitions: int = DEFAULT_PARTITIONS):
     """Topics for one run (benchmarks): created on entry, deleted on exit, so repeated runs leave the broker as
-    they found it (a local broker holding dozens of old benchmark topics was measured using ~30% of a core idle)."""
-    create_topics(bootstrap, topics)
+    they found it."""
+    create_topics(bootstrap, topics, partitions=partitions)
     try:
         yield topics
     finally:

@@ -15,7 +15,6 @@ from datetime import datetime
 import pyarrow as pa
 from pyspark.sql.streaming import StreamingQueryListener
 
-from .runtime import is_databricks
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -139,16 +138,11 @@ class DeltaProgressListener(StreamingQueryListener):
 
 
 def _append_progress(path: str, rows: list[dict]) -> None:
+    from . import delta
+    from .runtime import get_spark
+
     table = pa.Table.from_pylist(rows, schema=PROGRESS_SCHEMA)
-    if is_databricks():
-        from .runtime import get_spark
-
-        get_spark().createDataFrame(table.to_pandas()).write.format("delta").mode("append") \
-            .option("mergeSchema", "true").partitionBy("part_date").save(path)
-        return
-    from deltalake import write_deltalake
-
-    write_deltalake(path, table, mode="append", partition_by=["part_date"], schema_mode="merge")
+    delta.write_table(get_spark().createDataFrame(table), path, mode="append", partition_by=["part_date"])
 
 
 _listeners: dict[str, DeltaProgressListener] = {}
@@ -195,11 +189,7 @@ def read_progress(spark, settings: Settings):
     path = settings.table_path("stream_progress")
     if not delta.table_exists(path):
         return PROGRESS_SCHEMA.empty_table().to_pandas()
-    if is_databricks():
-        return spark.read.format("delta").load(path).toPandas()
-    from deltalake import DeltaTable
-
-    frame = DeltaTable(path).to_pandas()
+    frame = delta.read_table(spark, path).toPandas()
     return frame.sort_values(["query_name", "timestamp", "batch_id"]).reset_index(drop=True) if len(frame) else frame
 
 

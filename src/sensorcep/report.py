@@ -6,31 +6,34 @@ from pathlib import Path
 from .settings import PROJECT_ROOT, TABLES, Settings
 
 
-def table_counts(settings: Settings) -> dict[str, int | None]:
-    from deltalake import DeltaTable
+def table_counts(spark, settings: Settings) -> dict[str, int | None]:
+    from . import delta
 
     counts = {}
     for name in TABLES:
         path = settings.table_path(name)
-        counts[name] = DeltaTable(path).to_pyarrow_dataset().count_rows() if DeltaTable.is_deltatable(path) else None
+        counts[name] = delta.read_table(spark, path).count() if delta.table_exists(path, spark) else None
     return counts
 
 
-def quarantine_reasons(settings: Settings) -> dict[str, int]:
-    from deltalake import DeltaTable
+def quarantine_reasons(spark, settings: Settings) -> dict[str, int]:
+    from . import delta
 
     path = settings.table_path("quarantine_events")
-    if not DeltaTable.is_deltatable(path):
+    if not delta.table_exists(path, spark):
         return {}
-    reasons = DeltaTable(path).to_pyarrow_table(columns=["reason"]).column("reason").to_pandas()
+    reasons = delta.read_table(spark, path).select("reason").toPandas()["reason"]
     return reasons.str.replace(r"^unparseable event_time .*", "unparseable event_time", regex=True).value_counts().to_dict()
 
 
 def print_summary(settings: Settings, runs_dir: Path | None = None) -> None:
+    from .runtime import get_spark
+
+    spark = get_spark()
     print(f"\nDelta tables under {settings.base_path}/tables")
-    for name, count in table_counts(settings).items():
+    for name, count in table_counts(spark, settings).items():
         print(f"  {name:<20} {'-' if count is None else f'{count:,}':>12}")
-    reasons = quarantine_reasons(settings)
+    reasons = quarantine_reasons(spark, settings)
     if reasons:
         print("quarantined records by reason")
         for reason, count in reasons.items():

@@ -15,9 +15,6 @@ from functools import lru_cache
 #: environment variable the local job runner uses to hand job parameters to the widget stand-in
 PARAMS_ENV = "SENSORCEP_NOTEBOOK_PARAMS"
 
-#: Spark Python Data Source name of the local Kafka connector (Spark refuses the name "kafka")
-LOCAL_KAFKA_FORMAT = "kafka_py"
-
 OSS_ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 DATABRICKS_ROCKSDB_PROVIDER = "com.databricks.sql.streaming.state.RocksDBStateStoreProvider"
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -29,6 +26,12 @@ class JavaMissingError(RuntimeError):
 
 def is_databricks() -> bool:
     return "DATABRICKS_RUNTIME_VERSION" in os.environ
+
+
+def jaas_login_module(name: str) -> str:
+    """A Kafka JAAS login module class: Databricks shades the Kafka client (``kafkashaded.``)."""
+    prefix = "kafkashaded.org.apache.kafka" if is_databricks() else "org.apache.kafka"
+    return f"{prefix}.common.security.{name}"
 
 
 def rocksdb_provider() -> str:
@@ -53,6 +56,8 @@ def local_spark_conf(cores: int | None = None) -> dict[str, str]:
         "spark.driver.memory": os.environ.get("SENSORCEP_DRIVER_MEMORY", "6g"),
         "spark.sql.adaptive.enabled": "false",
         "spark.python.worker.reuse": "true",
+        # Delta's log replay (an idempotent write reads the table's transactions) in as many tasks as cores, not 50
+        "spark.databricks.delta.snapshotPartitions": str(cores),
     }
 
 
@@ -82,13 +87,30 @@ def get_spark(app_name: str = "sensor-cep", extra_conf: tuple = ()):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
-    conf = {**local_spark_conf(), "spark.scheduler.allocation.file": fair_pools_file(), **dict(extra_conf)}
+    conf = {**local_spark_conf(), **connector_conf(), "spark.scheduler.allocation.file": fair_pools_file(),
+            **dict(extra_conf)}
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    register_local_sources(spark)
     return spark
+
+
+def connector_conf() -> dict[str, str]:
+    """Spark's Kafka connector and Delta Lake for a local session: the jars pinned in ``jvm/pom.xml``
+    (fetched by ``make venv``) and Delta's SQL extension and catalog, as Delta's docs configure them."""
+    from importlib.metadata import version
+
+    from .jars import pinned_version, spark_jars
+
+    if version("delta-spark") != pinned_version("delta.version"):
+        raise RuntimeError(f"delta-spark {version('delta-spark')} (requirements.txt) differs from Delta's jars "
+                           f"{pinned_version('delta.version')} (jvm/pom.xml): pin the same version in both")
+    return {
+        "spark.jars": ",".join(spark_jars()),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    }
 
 
 def fair_pools_file() -> str:
@@ -109,16 +131,6 @@ def fair_pools_file() -> str:
     with open(path, "w") as out:
         out.write(f'<?xml version="1.0"?><allocations>{pools}</allocations>')
     return path
-
-
-def register_local_sources(spark) -> None:
-    from .kafka_source import KafkaDataSource
-
-    spark.dataSource.register(KafkaDataSource)
-
-
-def kafka_format() -> str:
-    return "kafka" if is_databricks() else LOCAL_KAFKA_FORMAT
 
 
 # ------------------------------------------------------------------------------ dbutils

@@ -52,6 +52,7 @@ class Settings:
     watermark_delay: str = "30 seconds"
     sample_scope: str = "window"
     max_offsets_per_trigger: int = 100_000
+    partitions: int = field(default=2, metadata={"doc": "partitions of the topics the project creates (simulator)"})
     device_timeout: str = "5 minutes"
     anomaly_threshold: float = 0.0
     ack_timeout: str = "10 minutes"
@@ -91,6 +92,8 @@ class Settings:
             raise SettingsError("slide_duration must not exceed window_duration")
         parse_trigger(self.trigger)
         parse_trigger(self.alerts_trigger)
+        if self.partitions < 1:
+            raise SettingsError("partitions must be >= 1")
         if self.max_offsets_per_trigger < 0:
             raise SettingsError("max_offsets_per_trigger must be >= 0 (0 = no limit)")
         parse_pools(self.scheduler_pools)

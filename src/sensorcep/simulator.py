@@ -157,7 +157,7 @@ def produce_records(records: pd.DataFrame, bootstrap: str, topic: str, progress:
     """Send ``records`` (columns key, value, timestamp_ms) to ``topic`` in order."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": False,  # noida-db 0.2.3 loses data across idempotent producer sessions
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True,
                          "queue.buffering.max.messages": 1_000_000, **(extra_config or {})})
     failures: list = []
 
@@ -227,10 +227,10 @@ def devices_dimension(devices: int, seed: int) -> pd.DataFrame:
 
 
 def write_devices_table(settings, devices: int, seed: int) -> str:
-    """Write the devices dimension locally with delta-rs (overwrite)."""
-    import pyarrow as pa
-    from deltalake import write_deltalake
+    """Write (overwrite) the devices dimension Delta table."""
+    from . import delta
+    from .runtime import get_spark
 
     path = settings.table_path("devices")
-    write_deltalake(path, pa.Table.from_pandas(devices_dimension(devices, seed), preserve_index=False), mode="overwrite")
+    delta.write_table(get_spark().createDataFrame(devices_dimension(devices, seed)), path, mode="overwrite")
     return path

@@ -1,10 +1,8 @@
 """Starting and finishing streaming queries the same way everywhere.
 
 Every query of the project goes through :func:`start_query`: deterministic name and checkpoint,
-its FAIR scheduler pool, the progress listener, and the trigger from settings. Locally,
-``availableNow`` runs as back-to-back micro-batches over a source bounded at start (see
-``kafka.read_kafka``) because the Python Kafka source cannot take Spark's AvailableNow wrapper
-without losing ``maxOffsetsPerTrigger``.
+its FAIR scheduler pool, the progress listener, and the trigger from settings (``availableNow`` is
+Spark's own: everything the sources hold at start, in ``maxOffsetsPerTrigger``-sized batches).
 """
 from __future__ import annotations
 
@@ -15,7 +13,6 @@ from typing import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from .runtime import is_databricks
 from .settings import Settings, parse_trigger
 
 log = logging.getLogger(__name__)
@@ -45,10 +42,7 @@ def start_query(
     )
     if foreach_batch is not None:
         writer = writer.foreachBatch(foreach_batch)
-    kwargs = parse_trigger(trigger)
-    if "availableNow" in kwargs and not is_databricks():
-        kwargs = {"processingTime": "0 seconds"}
-    started = writer.trigger(**kwargs).start()
+    started = writer.trigger(**parse_trigger(trigger)).start()
     if pool:
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
     return started
@@ -59,11 +53,7 @@ def finish(query: StreamingQuery, settings: Settings, trigger: str | None = None
     """Wait for an availableNow query to drain and stop; leave continuous queries running."""
     if (trigger or settings.trigger) != "availableNow":
         return query
-    if is_databricks():
-        query.awaitTermination(timeout_s)
-    else:
-        query.processAllAvailable()
-        query.stop()
+    query.awaitTermination(timeout_s)
     if query.exception() is not None:
         raise query.exception()
     from .monitoring import flush_progress
@@ -74,19 +64,12 @@ def finish(query: StreamingQuery, settings: Settings, trigger: str | None = None
 
 @contextmanager
 def materialized(batch: DataFrame):
-    """A (small) micro-batch computed once for several sinks: persisted on Databricks, an Arrow table locally.
-
-    Both offer ``.select([columns])``; ``kafka.write_kafka`` and ``delta.write_batch`` take either. Locally
-    one collect is far cheaper than a second Spark job per sink (each costs ~0.1-0.3 s of fixed overhead).
-    """
-    if is_databricks():
-        cached = batch.persist()
-        try:
-            yield cached
-        finally:
-            cached.unpersist()
-    else:
-        yield batch.toArrow()
+    """A (small) micro-batch computed once for several sinks (persisted, then released)."""
+    cached = batch.persist()
+    try:
+        yield cached
+    finally:
+        cached.unpersist()
 
 
 def run_available_now(df: DataFrame, settings: Settings, query: str, **kwargs) -> StreamingQuery:
