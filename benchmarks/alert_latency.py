@@ -5,7 +5,7 @@
 
 For each rate and trigger (the project's default ``alerts_trigger`` and the source design's
 ``5 seconds``, in the same run) a fresh topic pair is used: the alert query (the real one:
-Kafka -> parse -> rule -> Kafka + Delta ``anomalies``) runs with that trigger, a producer thread
+Kafka -> parse -> rule -> Kafka; the Delta record ``anomalies`` is a separate query off this path) runs with that trigger, a producer thread
 sends events at a steady rate (1% anomalies), and a consumer on the alerts topic records when each
 alert arrives. Latency = arrival of the alert - the moment its event was handed to the producer.
 Needs the local broker (``make broker-up``).
@@ -39,7 +39,7 @@ def produce_steady(bootstrap: str, topic: str, rate: int, seconds: float, out, w
     Runs in a process of its own, so it never competes with the Spark driver for the GIL.
     """
     sent: dict = {}
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": False})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
     rng = np.random.default_rng(1)
     tick, n, started = 0.01, 0, time.perf_counter()
     while (elapsed := time.perf_counter() - started) < warmup + seconds:
@@ -67,7 +67,8 @@ def consume_alerts(bootstrap: str, topic: str, stop, out) -> None:
     received: dict = {}
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 10})
-    consumer.assign([TopicPartition(topic, 0, 0)])
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     while not stop.is_set():
         for message in consumer.consume(500, 0.05):
             if message.error() is None:
@@ -145,8 +146,8 @@ def main() -> None:
     for rate in map(int, args.rates.split(",")):
         fast = next(r for r in results if r["rate"] == rate and r["trigger"] == triggers[0])
         slow = next((r for r in results if r["rate"] == rate and r["trigger"] == "5 seconds"), None)
-        verdict = "meets" if fast["p99"] < 1.5 else "misses"
-        line = f"  {rate:,} ev/s: p99 {fast['p99']:.2f} s with {triggers[0]!r} (target < 1.5 s at 1,000 ev/s: {verdict})"
+        verdict = "meets" if fast["p99"] < 1.0 else "misses"
+        line = f"  {rate:,} ev/s: p99 {fast['p99']:.2f} s with {triggers[0]!r} (target < 1 s at 1,000 ev/s: {verdict})"
         if slow:
             line += f"; 5 s trigger p99 / this p99 = {slow['p99'] / fast['p99']:.1f}x (target >= 3x)"
         print(line)

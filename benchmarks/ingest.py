@@ -1,9 +1,14 @@
-"""Ingest throughput: events/s from the broker into bronze, next to the raw confluent-kafka consume rate.
+"""Ingest throughput: events/s from the broker into bronze, next to two baselines on the same topic.
 
     .venv/bin/python benchmarks/ingest.py --events 1000000
 
-Both figures come from the same run on the same topic; the ratio is the figure to compare across
-machines. Spark start-up is excluded (the session is started before the clock runs).
+* raw consume: a plain confluent-kafka consumer reading every partition (no parsing, no Spark);
+* Spark Kafka -> noop: Spark's Kafka connector reading the topic as an availableNow stream into the
+  ``noop`` sink (the floor of any Spark query on this topic);
+* ingest: the real 01 query (parse, validate, dedup, bronze + quarantine Delta writes).
+
+All three come from the same run; the ratios are the figures to compare across machines. Spark start-up
+is excluded (the session is started before the clock runs). The topic has ``partitions`` partitions.
 """
 from __future__ import annotations
 
@@ -25,13 +30,28 @@ def raw_consume_rate(bootstrap: str, topic: str, expected: int) -> float:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "receive.message.max.bytes": 1_000_000_000,
                          "fetch.max.bytes": 900_000_000})
-    consumer.assign([TopicPartition(topic, 0, 0)])
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     seen, started = 0, time.perf_counter()
     while seen < expected:
         seen += sum(1 for m in consumer.consume(20_000, 5.0) if m.error() is None)
     elapsed = time.perf_counter() - started
     consumer.close()
     return seen / elapsed
+
+
+def spark_noop_rate(spark, settings, expected: int) -> float:
+    """Spark's Kafka source alone: the topic as an availableNow stream into the noop sink, same batch size."""
+    from sensorcep.kafka import read_kafka
+
+    started = time.perf_counter()
+    query = (read_kafka(spark, settings, settings.events_topic).writeStream.format("noop")
+             .option("checkpointLocation", f"{settings.base_path}/checkpoints/noop").trigger(availableNow=True).start())
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    read = sum(p["numInputRows"] for p in query.recentProgress)
+    assert read == expected, f"the noop query read {read:,} of {expected:,} records"
+    return read / elapsed
 
 
 def main() -> None:
@@ -44,7 +64,7 @@ def main() -> None:
     topic = f"bench-ingest-{uuid.uuid4().hex[:8]}"
     settings = env_settings(base_path=base, events_topic=topic, max_offsets_per_trigger=str(args.batch))
     broker.up(settings.kafka_bootstrap_servers)
-    with broker.scratch_topics(settings.kafka_bootstrap_servers, [topic]):
+    with broker.scratch_topics(settings.kafka_bootstrap_servers, [topic], partitions=settings.partitions):
         measure(args, settings, topic)
     shutil.rmtree(base, ignore_errors=True)
 
@@ -56,15 +76,18 @@ def measure(args, settings, topic: str) -> None:
 
     raw = raw_consume_rate(settings.kafka_bootstrap_servers, topic, args.events)
     spark = get_spark()
+    noop = spark_noop_rate(spark, settings, args.events)
     started = time.perf_counter()
     query = ingest.start_ingest(spark, settings)
     elapsed = time.perf_counter() - started
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     rate = args.events / elapsed
     print(f"\nevents: {args.events:,} in {len(batches)} micro-batches of <= {args.batch:,}")
-    print(f"raw confluent-kafka consume : {raw:>12,.0f} events/s")
+    print(f"raw confluent-kafka consume : {raw:>12,.0f} events/s  ({settings.partitions} partitions)")
+    print(f"Spark Kafka -> noop         : {noop:>12,.0f} events/s")
     print(f"ingest Kafka -> bronze      : {rate:>12,.0f} events/s  ({elapsed:.1f} s)")
     print(f"ratio ingest / raw          : {rate / raw:>12.3f}")
+    print(f"ratio ingest / Spark noop   : {rate / noop:>12.3f}")
     for p in batches:
         d = p["durationMs"]
         print(f"  batch {p['batchId']:>3}: {p['batchDuration']:>6,} ms  "

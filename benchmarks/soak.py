@@ -40,14 +40,15 @@ from sensorcep.settings import env_settings, parse_duration  # noqa: E402
 
 
 STARTERS = {"ingest": ingest.start_ingest, "sampling": sampling.start_sampling,
-            "device_activity": device_activity.start_device_activity, "alerts": alerts.start_alerts}
+            "device_activity": device_activity.start_device_activity, "alerts": alerts.start_alerts,
+            "anomalies": alerts.start_anomalies}
 
 
 class CpuMeter:
     """CPU cores used since the last reading, per part of the setup (psutil; processes found afresh each time).
 
     spark JVM, its python workers (Kafka reads, transformWithState), the driver (this process: foreachBatch code,
-    Delta writes via delta-rs), the producer and the broker. Children that exit are counted by the parent that
+    Delta commits), the producer and the broker. Children that exit are counted by the parent that
     reaps them.
     """
 
@@ -60,7 +61,7 @@ class CpuMeter:
         jvms = [c for c in me.children() if c.name() == "java"]
         return {"spark JVM": jvms, "python workers": [d for j in jvms for d in j.children(recursive=True)],
                 "driver": [me], "producer": [psutil.Process(self.producer_pid)],
-                "broker": [p for p in psutil.process_iter(["name"]) if "noida" in (p.info["name"] or "")]}
+                "broker": [p for p in psutil.process_iter(["cmdline"]) if "kafka.Kafka" in (p.info["cmdline"] or [])]}
 
     def read(self) -> dict[str, float]:
         now, used = time.monotonic(), {}
@@ -80,8 +81,9 @@ class CpuMeter:
 
 
 def topic_end(consumer, topic: str) -> int:
-    """The end offset of the (one-partition) events topic: everything produced so far."""
-    return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[1]
+    """The end offsets of the events topic summed over its partitions: everything produced so far."""
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1] for p in partitions)
 
 
 def processed_end(progress: dict | None) -> int:

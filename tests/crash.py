@@ -20,8 +20,8 @@ def kill_after_first_commit(call: str, settings, table: str, timeout_s: float = 
     delta_log = os.path.join(settings.table_path(table), "_delta_log")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:  # polling a file, not sleeping as synchronisation
-        if os.path.isdir(delta_log) and len(os.listdir(delta_log)) >= 2:
-            break
+        if os.path.isdir(delta_log) and any(name.endswith(".json") for name in os.listdir(delta_log)):
+            break  # the first commit file (Delta writes _staged_commits/ and .crc files too)
         time.sleep(0.05)
     assert proc.poll() is None, f"{call} finished before it could be killed; use more events"
     os.kill(proc.pid, signal.SIGKILL)

@@ -1,4 +1,4 @@
-"""The pipeline's three Kafka queries (ingest, sampling, alerts), availableNow, in their own process: for kill -9 tests.
+"""The pipeline's Kafka queries (ingest, sampling, alerts + their anomalies record), availableNow, in their own process: for kill -9 tests.
 
     python tests/crash_driver.py '<settings as JSON>' [point]
 
@@ -53,7 +53,7 @@ def main() -> None:
     spark = get_spark()
     ingest.start_ingest(spark, settings)
     sampling.start_sampling(spark, settings)
-    alerts.start_alerts(spark, settings)
+    alerts.run_alert_path(spark, settings)
     print("completed", flush=True)
 
 

@@ -73,12 +73,12 @@ def topic(bootstrap):
 def test_kill_9_at_random_points_then_restart_equals_an_uninterrupted_run(spark, bootstrap, topic, tmp_path):
     from sensorcep.settings import Settings
 
-    common = dict(kafka_bootstrap_servers=bootstrap, events_topic=topic, max_offsets_per_trigger=300,
+    common = dict(kafka_bootstrap_servers=bootstrap, events_topic=topic, max_offsets_per_trigger=600,
                   trigger="availableNow", alerts_trigger="availableNow")
     reference = Settings(base_path=str(tmp_path / "reference"), alerts_topic="crash-alerts-reference", **common)
     ingest.start_ingest(spark, reference)
     sampling.start_sampling(spark, reference)
-    alerts.start_alerts(spark, reference)
+    alerts.run_alert_path(spark, reference)
 
     crashed = Settings(base_path=str(tmp_path / "crashed"), alerts_topic="crash-alerts", **common)
     outcomes = []

@@ -3,7 +3,10 @@
 * :func:`alert_stream` is stateless: an event with ``sensor_freq < anomaly_threshold`` becomes an
   alert whatever its lateness. Its ``alert_id`` is derived from the event (device, event time in
   microseconds, rule), so a replayed micro-batch re-sends the *same* alert and consumers dedupe on it:
-  Kafka delivery is at least once, the Delta table ``anomalies`` exactly once.
+  Kafka delivery is at least once. The alert query writes nothing but the alerts topic (latency).
+* :func:`start_anomalies` records alerts off the latency path: a micro-batch query reads the alerts
+  topic back and MERGEs each batch into the Delta table ``anomalies`` on ``alert_id``, so an event sent
+  twice, a replayed batch and a re-sent alert each leave one row.
 * :func:`escalation_stream` left-outer-joins alerts (read back from the alerts topic) with
   acknowledgements on ``alert_id``, with watermarks on both sides and the bound
   ``event_time <= ack_time <= event_time + ack_timeout``. An alert without a matching ack is emitted
@@ -22,10 +25,12 @@ from .settings import Settings
 from .streaming import materialized
 
 QUERY = "alerts"
+ANOMALIES_QUERY = "anomalies"
 ESCALATION_QUERY = "escalations"
-ALERT_FIELDS = ["alert_id", "device_id", "sensor_freq", "event_time", "detected_at", "rule"]
+#: the alert record (JSON on the alerts topic); kafka_timestamp = when the event reached Kafka
+ALERT_FIELDS = ["alert_id", "device_id", "sensor_freq", "event_time", "kafka_timestamp", "detected_at", "rule"]
 ALERT_SCHEMA = ("alert_id string, device_id string, sensor_freq double, event_time timestamp, "
-                "detected_at timestamp, rule string")
+                "kafka_timestamp timestamp, detected_at timestamp, rule string")
 ACK_SCHEMA = "alert_id string, acked_by string, ack_time timestamp"
 
 
@@ -58,17 +63,26 @@ def kafka_columns() -> list[Column]:
 
 
 def write_alerts_batch(settings: Settings):
-    anomalies_path, app_id = settings.table_path("anomalies"), settings.query_name(QUERY)
-    anomaly_columns = [*ALERT_FIELDS, "kafka_timestamp", "part_date"]
-
     def write(batch: DataFrame, batch_id: int) -> None:
         # detected_at is stamped here, on the micro-batch: a per-batch literal inside the stream's plan would
         # make Spark regenerate and recompile the parsing code every micro-batch
-        stamped = batch.withColumn("detected_at", F.current_timestamp())
-        out = stamped.select(*anomaly_columns[:-1], F.to_date("event_time").alias("part_date"), *kafka_columns())
-        with materialized(out) as rows:  # computed once for both sinks
-            write_kafka(rows.select(["key", "value"]), settings, settings.alerts_topic)  # first: alerts are urgent
-            delta.write_batch(rows.select(anomaly_columns), anomalies_path, app_id, batch_id, ["part_date"])
+        write_kafka(batch.withColumn("detected_at", F.current_timestamp()).select(*kafka_columns()),
+                    settings, settings.alerts_topic)
+
+    return write
+
+
+def merge_anomalies_batch(settings: Settings):
+    """foreachBatch: alerts read back from the topic -> MERGE into ``anomalies`` on ``alert_id`` (insert if new).
+
+    The merge is idempotent by itself: a replayed batch or a re-sent alert finds its row and adds nothing.
+    """
+    path = settings.table_path("anomalies")
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        rows = (batch.where(F.col("alert_id").isNotNull()).dropDuplicates(["alert_id"])
+                .select(*ALERT_FIELDS, F.to_date("event_time").alias("part_date")))
+        delta.merge_new_rows(rows, path, "alert_id", ["part_date"])
 
     return write
 
@@ -83,6 +97,20 @@ def start_alerts(spark: SparkSession, settings: Settings, *, wait: bool = True, 
     runner = run_available_now if wait else start_query
     return runner(alert_stream(events, settings), settings, QUERY, foreach_batch=write_alerts_batch(settings),
                   trigger=settings.alerts_trigger, pool="alerts")
+
+
+def start_anomalies(spark: SparkSession, settings: Settings, *, wait: bool = True):
+    """Run (availableNow) or start (``trigger``) the query recording alerts in ``anomalies``, off the latency path."""
+    from .streaming import run_available_now, start_query
+
+    alerts = parse_json_records(read_kafka(spark, settings, settings.alerts_topic), ALERT_SCHEMA)
+    runner = run_available_now if wait else start_query
+    return runner(alerts, settings, ANOMALIES_QUERY, foreach_batch=merge_anomalies_batch(settings))
+
+
+def run_alert_path(spark: SparkSession, settings: Settings):
+    """Alerts, then their record in ``anomalies`` (availableNow: both to the end of their topics)."""
+    return start_alerts(spark, settings), start_anomalies(spark, settings)
 
 
 def run_side_by_side(spark: SparkSession, settings: Settings):

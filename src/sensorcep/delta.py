@@ -19,11 +19,12 @@ def write_batch(df: DataFrame, path: str, app_id: str, batch_id: int, partition_
     The batch is computed (and cached) before the write, whatever Delta then decides: a stateful query's
     state stores commit only when its micro-batch is consumed (Spark 4.1 fails the batch otherwise:
     STATE_STORE_COMMIT_VALIDATION), and Delta skips a replayed batch without reading it. An empty batch
-    (most batches of a stateful query) costs no commit.
+    (most batches of a stateful query) costs no commit, except the first: the table exists once its
+    query has run, with or without rows.
     """
     cached = df.persist()
     try:
-        if cached.isEmpty():
+        if cached.isEmpty() and table_exists(path, cached.sparkSession):
             return False
         writer = (cached.write.format("delta").mode("append").option("mergeSchema", "true")
                   .option("txnAppId", app_id).option("txnVersion", batch_id))
@@ -73,3 +74,27 @@ def _spark() -> SparkSession:
     from .runtime import get_spark
 
     return get_spark()
+
+
+def merge_new_rows(df: DataFrame, path: str, key: str, partition_by: Iterable[str] = ()) -> bool:
+    """Insert the rows whose ``key`` the table does not hold yet (``MERGE ... WHEN NOT MATCHED THEN INSERT *``).
+
+    Idempotent by itself: a replayed batch finds its rows and adds nothing. Creates the table on first use.
+    Returns False when the batch was empty (no commit).
+    """
+    from delta.tables import DeltaTable
+
+    cached = df.persist()
+    try:
+        if cached.isEmpty():
+            return False
+        spark = cached.sparkSession
+        if not table_exists(path, spark):
+            write_table(cached.limit(0), path, "append", partition_by)
+        (DeltaTable.forPath(spark, path).alias("t")
+         .merge(cached.alias("s"), f"t.{key} = s.{key}")
+         .whenNotMatchedInsertAll()
+         .execute())
+        return True
+    finally:
+        cached.unpersist()

@@ -198,7 +198,7 @@ def trigger_intervals(settings: Settings) -> dict[str, int]:
     from .health import trigger_interval_ms
 
     queries = {"ingest": settings.trigger, "sampling": settings.trigger, "device_activity": settings.trigger,
-               "alerts": settings.alerts_trigger, "escalations": settings.trigger}
+               "alerts": settings.alerts_trigger, "anomalies": settings.trigger, "escalations": settings.trigger}
     return {settings.query_name(q): trigger_interval_ms(t) for q, t in queries.items()}
 
 
