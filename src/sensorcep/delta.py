@@ -13,18 +13,21 @@ from pyspark.sql import DataFrame, SparkSession
 log = logging.getLogger(__name__)
 
 
-def write_batch(df: DataFrame, path: str, app_id: str, batch_id: int, partition_by: Iterable[str] = ()) -> bool:
+def write_batch(df: DataFrame, path: str, app_id: str, batch_id: int, partition_by: Iterable[str] = (),
+                cache: bool = True) -> bool:
     """Append one micro-batch exactly once. Returns False when there was nothing to write.
 
     The batch is computed (and cached) before the write, whatever Delta then decides: a stateful query's
     state stores commit only when its micro-batch is consumed (Spark 4.1 fails the batch otherwise:
     STATE_STORE_COMMIT_VALIDATION), and Delta skips a replayed batch without reading it. An empty batch
     (most batches of a stateful query) costs no commit, except the first: the table exists once its
-    query has run, with or without rows.
+    query has run, with or without rows. ``cache=False``: ``df`` is a projection of a batch the caller has
+    cached and computed already (one copy of a large batch is enough).
     """
-    cached = df.persist()
+    cached = df.persist() if cache else df
     try:
-        if cached.isEmpty() and table_exists(path, cached.sparkSession):
+        empty = cached.count() == 0 if cache else cached.isEmpty()  # count: every partition computed (and cached)
+        if empty and table_exists(path, cached.sparkSession):
             return False
         writer = (cached.write.format("delta").mode("append").option("mergeSchema", "true")
                   .option("txnAppId", app_id).option("txnVersion", batch_id))
@@ -34,7 +37,8 @@ def write_batch(df: DataFrame, path: str, app_id: str, batch_id: int, partition_
         writer.save(path)
         return True
     finally:
-        cached.unpersist()
+        if cache:
+            cached.unpersist()
 
 
 def batch_writer(path: str, app_id: str, partition_by: Iterable[str] = ()):

@@ -52,14 +52,15 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
 
     def write(batch: DataFrame, batch_id: int) -> None:
         batch = batch.withColumn("ingest_time", F.current_timestamp()).persist()
+        batch.count()  # computed once, whole (the dedup state commits even if Delta skips a replayed batch)
         try:
             good = batch.where(F.col("reason").isNull()).select(
                 *BRONZE_COLUMNS, *settings.extra_field_names, *extra_columns, "ingest_time", F.to_date("event_time").alias("part_date"))
-            delta.write_batch(good, bronze_path, f"{app_id}:bronze", batch_id, ["part_date"])
+            delta.write_batch(good, bronze_path, f"{app_id}:bronze", batch_id, ["part_date"], cache=False)
             bad = quarantine_rows(
                 batch.where(F.col("reason").isNotNull()).withColumnRenamed("raw_value", "value")
                 .withColumn("key", F.lit(None).cast("binary")))
-            delta.write_batch(bad, quarantine_path, f"{app_id}:quarantine", batch_id, ["part_date"])
+            delta.write_batch(bad, quarantine_path, f"{app_id}:quarantine", batch_id, ["part_date"], cache=False)
         finally:
             batch.unpersist()
 
