@@ -32,7 +32,8 @@ def test_listener_writes_every_progress_event_of_the_run_including_the_last(shor
     assert got == expected
     assert len(expected) >= 4 and sum(n for _, n, _ in expected) == 8
     assert set(stored.query_name) == {settings.query_name("progress_probe")}
-    assert delta_version(settings.table_path("stream_progress")) + 1 == -(-len(expected) // 2)  # flushed every 2 events (and the rest at the end)
+    commits = delta_version(settings.table_path("stream_progress")) + 1
+    assert 2 <= commits <= -(-len(expected) // 2)  # written in the background every >= 2 events, not once per event
 
 
 def test_queries_not_started_by_the_project_are_not_recorded(spark, settings, tmp_path):

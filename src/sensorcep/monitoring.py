@@ -78,8 +78,9 @@ class DeltaProgressListener(StreamingQueryListener):
     """One per Spark application. Each project query is routed (by name, before it starts) to the
     ``stream_progress`` table of the settings that started it; other queries are ignored.
 
-    Callbacks run on Spark's listener bus thread, never on a query's thread: a slow Delta write delays
-    later listener events, not the queries.
+    Callbacks run on Spark's listener bus thread and only buffer: a Spark job (the Delta write) started from
+    that thread would wait for the very bus it blocks. A background thread writes the buffers every
+    ``FLUSH_EVERY`` events and when a query terminates; :func:`flush_progress` writes from the caller's thread.
     """
 
     def __init__(self):
@@ -87,6 +88,15 @@ class DeltaProgressListener(StreamingQueryListener):
         self._buffers: dict[str, list[dict]] = {}  # path -> rows not yet written
         self._lock = threading.Lock()
         self._terminated: dict[str, threading.Event] = {}
+        self._wake = threading.Event()
+        self._writing = threading.Lock()  # one flush at a time: the first write creates the table
+        threading.Thread(target=self._flush_when_woken, name="stream-progress-writer", daemon=True).start()
+
+    def _flush_when_woken(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            self.flush()
 
     def route(self, query_name: str, path: str) -> None:
         with self._lock:
@@ -105,19 +115,25 @@ class DeltaProgressListener(StreamingQueryListener):
             buffer.append(progress_row(progress))
             full = len(buffer) >= FLUSH_EVERY
         if full:
-            self.flush()
+            self._wake.set()
 
     def onQueryIdle(self, event) -> None:
         pass
 
     def onQueryTerminated(self, event) -> None:
-        try:
-            self.flush()
-        finally:
-            self._terminated.setdefault(str(event.id), threading.Event()).set()
+        self._terminated.setdefault(str(event.id), threading.Event()).set()  # its last progress is buffered by now
+        self._wake.set()
 
     def flush(self) -> int:
         """Write every buffered row; rows that fail to write stay buffered for the next flush."""
+        from pyspark import SparkContext
+
+        with self._writing:
+            if SparkContext._active_spark_context is None:  # the application is shutting down
+                return 0
+            return self._write_buffers()
+
+    def _write_buffers(self) -> int:
         with self._lock:
             buffers, self._buffers = self._buffers, {}
         written = 0
