@@ -151,12 +151,13 @@ def soak(args, settings, run: str) -> None:
         since = datetime.now().astimezone()
         time.sleep(max(0.0, started + minute * 60 - time.monotonic()))
         end = topic_end(offsets, settings.events_topic)
+        ends = {name: topic_end(offsets, topic) for name, topic in source_topics(settings).items()}
         used = live_heap_mb(jvm)
         heaps.append(used)
         for query in queries:
             if query.exception() is not None:
                 raise SystemExit(f"query {query.name} failed: {query.exception()}")
-            row = minute_row(query, since, end, done.get(query.name, 0), args.rate, minute)
+            row = minute_row(query, since, ends.get(query.name, end), done.get(query.name, 0), args.rate, minute)
             done[query.name] = row["processed_end"]
             row["input_per_s"] = (end - produced_before) / 60
             rows.append(row)
@@ -168,7 +169,8 @@ def soak(args, settings, run: str) -> None:
         print(f"    cpu cores: {cpu_line(cores[-1])}", flush=True)
     out.get(timeout=120)  # the producer hands back its send log before it can exit
     producer.join(timeout=60)
-    drained = drain(queries, topic_end(offsets, settings.events_topic), args.trigger)
+    drained = drain(queries, lambda name: topic_end(offsets, source_topics(settings).get(name, settings.events_topic)),
+                    args.trigger)
     verdict(rows, heaps, live_heap_mb(jvm), args)
     mean = {group: statistics.mean(c[group] for c in cores) for group in cores[0]}
     print(f"  mean cpu cores over the run: {cpu_line(mean)}")
@@ -182,20 +184,27 @@ def cpu_line(cores: dict[str, float]) -> str:
         f" | total {sum(cores.values()):.2f} of {psutil.cpu_count()}"
 
 
-def drain(queries, produced: int, trigger: str, timeout_s: float = 600) -> str:
-    """After the producer stops: how long each query takes to process the whole topic (its final lag, in time)."""
+def source_topics(settings) -> dict[str, str]:
+    """Queries that read another topic than the events topic (their lag is measured against it)."""
+    return {"anomalies": settings.alerts_topic}
+
+
+def drain(queries, produced_of, trigger: str, timeout_s: float = 600) -> str:
+    """After the producer stops: how long each query takes to process the whole of its topic (its final lag, in time).
+    ``produced_of(name)`` is the end offset of that query's source topic now (the alerts topic still grows until
+    the alert query has caught up)."""
     started, caught_up = time.monotonic(), {}
     while len(caught_up) < len(queries) and time.monotonic() - started < timeout_s:
         for query in queries:
             if query.name not in caught_up and query.lastProgress and \
-                    processed_end(json.loads(query.lastProgress.json)) >= produced:
+                    processed_end(json.loads(query.lastProgress.json)) >= produced_of(query.name):
                 caught_up[query.name] = time.monotonic() - started
         time.sleep(0.5)
     missing = [q.name for q in queries if q.name not in caught_up]
     if missing:
-        return f"  drain: {', '.join(missing)} did NOT process all {produced:,} events within {timeout_s:.0f} s"
+        return f"  drain: {', '.join(missing)} did NOT process all of their topic within {timeout_s:.0f} s"
     times = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in caught_up.items())
-    return f"  drain: every query processed all {produced:,} events; caught up after the producer stopped: {times} " \
+    return f"  drain: every query processed all of its topic; caught up after the producer stopped: {times} " \
            f"(trigger {trigger})"
 
 

@@ -1,5 +1,6 @@
 """Small platform pieces: Java check, broker start errors, simulator determinism, idempotent Delta writes."""
 import socket
+from pathlib import Path
 from datetime import datetime, timezone
 
 import pytest
@@ -45,3 +46,30 @@ def test_a_replayed_micro_batch_is_written_once(spark, tmp_path):
     assert delta.write_batch(df.limit(0), path, "q:t", 2, ["part_date"]) is False  # empty: no commit at all
     assert delta.read_table(spark, path, version=0).count() == 1
     assert delta_version(path) == 1
+
+
+def test_session_jars_are_the_pinned_connectors_without_what_pyspark_ships():
+    from importlib.metadata import version
+
+    from sensorcep import jars
+
+    names = [Path(jar).name for jar in jars.spark_jars()]
+    assert any(n.startswith("spark-sql-kafka-0-10_2.13-") for n in names)
+    assert f"delta-spark_4.1_2.13-{jars.pinned_version('delta.version')}.jar" in names
+    assert not any(n.startswith(("scala-library", "jackson-core", "hadoop-client")) for n in names)  # pyspark's win
+    assert jars.pinned_version("delta.version") == version("delta-spark")  # Python API and jars agree
+
+
+def test_broker_down_leaves_a_process_alone_whose_pid_was_recycled(tmp_path):
+    import os
+
+    (tmp_path / "broker.pid").write_text(f"{os.getpid()} 12345.0")  # our pid, another start time
+    assert broker.pid(tmp_path) is None
+    assert broker.down(tmp_path) is False  # and this test process is still alive to say so
+
+
+def test_a_broker_that_cannot_start_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("SENSORCEP_BROKER_HEAP", "not-a-size")  # the JVM refuses to start
+    with pytest.raises(broker.BrokerError, match="could not format|exited during start"):
+        broker.up("127.0.0.1:19094", tmp_path / "broker")
+    assert not broker.is_running(tmp_path / "broker")
