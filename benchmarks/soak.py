@@ -113,7 +113,7 @@ def minute_row(query, since: datetime, end_offset: int, processed_before: int, r
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=int, default=10)
-    parser.add_argument("--rate", type=int, default=5_000, help="events per second")
+    parser.add_argument("--rate", type=int, default=4_000, help="events per second")
     parser.add_argument("--trigger", default="10 seconds", help="ingest, sampling and device-activity trigger")
     parser.add_argument("--alerts-trigger", default="0 seconds")
     parser.add_argument("--queries", default=",".join(STARTERS),
