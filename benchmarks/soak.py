@@ -1,12 +1,12 @@
 """Sustained load: a steady event rate through every query of the pipeline for N minutes, reported per minute.
 
     make broker-up
-    .venv/bin/python benchmarks/soak.py                              # 10 minutes at 5,000 events/s
+    .venv/bin/python benchmarks/soak.py                              # 10 minutes at 4,000 events/s
     .venv/bin/python benchmarks/soak.py --minutes 3 --rate 2000      # a shorter look
 
 A producer process sends ``--rate`` events/s (current event times, 1,000 devices, 1% anomalies) to a fresh topic
-while the ingest, sampling, device-activity and alert queries run continuously in one Spark application (their
-FAIR pools; ``--trigger`` for the first three, ``--alerts-trigger`` for alerts). Every minute it prints, per query:
+while the ingest, sampling, device-activity, alert and anomalies-record queries run continuously in one Spark
+application (their FAIR pools; ``--alerts-trigger`` for alerts, ``--trigger`` for the others). Every minute it prints, per query:
 input rate vs processing rate over that minute (offsets produced / processed per second of wall clock, so a query
 that cannot keep up shows a lower number), p95 batch time, state rows, and how far behind the topic's end the query is (lag, in events and in
 seconds of input); plus the live JVM heap and the CPU cores each part uses. At the end: whether state rows and the live heap stayed flat (windows are freed)
@@ -14,7 +14,7 @@ and every query kept up (its lag did not grow from the first half to the second)
 long each query takes to process the whole topic. The run's topics are deleted at the end.
 
 Measure on a freshly started broker with nothing else running (``make broker-down``, ``rm -rf .broker``,
-``make broker-up``): the machine has 2 cores, and the producer and the broker take about half of one.
+``make broker-up``): the machine has 2 cores; the producer and the broker take about a sixth of one.
 """
 from __future__ import annotations
 
