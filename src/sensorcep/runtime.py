@@ -1,7 +1,8 @@
 """The one place that knows whether we run on Databricks or locally.
 
-Everything else asks this module for a SparkSession, for ``dbutils`` and for the connector format
-names, and never looks at the environment itself.
+Everything else asks this module for a SparkSession, for ``dbutils`` (and secrets) and for the class
+names that differ (Kafka's JAAS login modules, the RocksDB state store), and never looks at the
+environment itself. Kafka and Delta are the same connectors on both sides.
 """
 from __future__ import annotations
 
