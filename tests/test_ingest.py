@@ -61,3 +61,15 @@ def test_killed_run_then_rerun_changes_nothing(spark, settings, tmp_path):
     bronze = _bronze_keys(settings)
     assert len(bronze) == len(set(bronze)) and set(bronze) == _expected(sim)
     assert len(_quarantine(settings)) == len(sim.malformed)
+
+
+def test_after_a_checkpoint_reset_the_new_querys_batches_are_written_not_taken_for_replays(spark, settings):
+    import shutil
+
+    first = _produce(settings, 1_500, seed=4, start=START)
+    ingest.start_ingest(spark, settings)  # batch ids 0 and 1 of the first checkpoint are in bronze
+    shutil.rmtree(settings.checkpoint_path("ingest"))  # reset: the next query reads from the start, batch ids from 0
+    second = _produce(settings, 1_500, seed=5, start=first.end)
+    ingest.start_ingest(spark, settings)
+    bronze = set(_bronze_keys(settings))
+    assert _expected(first) | _expected(second) == bronze  # nothing of the new query's first batches was skipped

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from . import delta
 from .kafka import read_kafka, write_kafka
 from .settings import Settings
-from .streaming import materialized
+from .streaming import materialized, writer_id
 
 QUERY = "alerts"
 ANOMALIES_QUERY = "anomalies"
@@ -151,7 +151,7 @@ def escalation_stream(alerts: DataFrame, acks: DataFrame, settings: Settings) ->
 
 
 def write_escalations_batch(settings: Settings):
-    path, app_id = settings.table_path("alert_escalations"), settings.query_name(ESCALATION_QUERY)
+    path = settings.table_path("alert_escalations")
 
     def write(batch: DataFrame, batch_id: int) -> None:
         columns = batch.columns + ["part_date"]
@@ -160,7 +160,7 @@ def write_escalations_batch(settings: Settings):
         with materialized(out) as rows:
             if settings.escalations_topic:
                 write_kafka(rows.select(["key", "value"]), settings, settings.escalations_topic)
-            delta.write_batch(rows.select(columns), path, app_id, batch_id, ["part_date"])
+            delta.write_batch(rows.select(columns), path, writer_id(settings, ESCALATION_QUERY), batch_id, ["part_date"])
 
     return write
 

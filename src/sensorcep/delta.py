@@ -6,7 +6,7 @@ A micro-batch is appended exactly once with Delta's idempotent writes (``txnAppI
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+from typing import Callable, Iterable
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -41,12 +41,13 @@ def write_batch(df: DataFrame, path: str, app_id: str, batch_id: int, partition_
             cached.unpersist()
 
 
-def batch_writer(path: str, app_id: str, partition_by: Iterable[str] = ()):
-    """A ``foreachBatch`` function appending each micro-batch to ``path`` exactly once."""
+def batch_writer(path: str, app_id: Callable[[], str], partition_by: Iterable[str] = ()):
+    """A ``foreachBatch`` function appending each micro-batch to ``path`` exactly once (``app_id()``: the writer's
+    ``txnAppId``, asked at every batch, see ``streaming.writer_id``)."""
     partition_by = list(partition_by)
 
     def write(batch: DataFrame, batch_id: int) -> None:
-        write_batch(batch, path, app_id, batch_id, partition_by)
+        write_batch(batch, path, app_id(), batch_id, partition_by)
 
     return write
 

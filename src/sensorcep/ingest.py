@@ -8,7 +8,7 @@ from . import delta
 from .kafka import read_kafka
 from .parsing import parse_events, quarantine_rows
 from .settings import Settings
-from .streaming import run_available_now, start_query
+from .streaming import run_available_now, start_query, writer_id
 
 QUERY = "ingest"
 BRONZE_COLUMNS = ["device_id", "sensor_freq", "event_time", "topic", "partition", "offset", "kafka_timestamp"]
@@ -48,19 +48,19 @@ def valid_event_stream(spark: SparkSession, settings: Settings) -> DataFrame:
 
 def write_ingest_batch(settings: Settings, extra_columns: list[str]):
     bronze_path, quarantine_path = settings.table_path("bronze_events"), settings.table_path("quarantine_events")
-    app_id = settings.query_name(QUERY)
-
     def write(batch: DataFrame, batch_id: int) -> None:
         batch = batch.withColumn("ingest_time", F.current_timestamp()).persist()
         batch.count()  # computed once, whole (the dedup state commits even if Delta skips a replayed batch)
         try:
             good = batch.where(F.col("reason").isNull()).select(
                 *BRONZE_COLUMNS, *settings.extra_field_names, *extra_columns, "ingest_time", F.to_date("event_time").alias("part_date"))
-            delta.write_batch(good, bronze_path, f"{app_id}:bronze", batch_id, ["part_date"], cache=False)
+            delta.write_batch(good, bronze_path, writer_id(settings, QUERY, "bronze"), batch_id, ["part_date"],
+                              cache=False)
             bad = quarantine_rows(
                 batch.where(F.col("reason").isNotNull()).withColumnRenamed("raw_value", "value")
                 .withColumn("key", F.lit(None).cast("binary")))
-            delta.write_batch(bad, quarantine_path, f"{app_id}:quarantine", batch_id, ["part_date"], cache=False)
+            delta.write_batch(bad, quarantine_path, writer_id(settings, QUERY, "quarantine"), batch_id, ["part_date"],
+                              cache=False)
         finally:
             batch.unpersist()
 

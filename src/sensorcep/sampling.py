@@ -174,10 +174,10 @@ def start_sampling(spark, settings: Settings, *, wait: bool = True, events: Data
     """
     from . import delta
     from .ingest import valid_event_stream
-    from .streaming import run_available_now, start_query
+    from .streaming import run_available_now, start_query, writer_id
 
     events = events if events is not None else valid_event_stream(spark, settings)
-    writer = delta.batch_writer(settings.table_path("sensor_samples"), settings.query_name(QUERY), ["part_date"])
+    writer = delta.batch_writer(settings.table_path("sensor_samples"), lambda: writer_id(settings, QUERY), ["part_date"])
     runner = run_available_now if wait else start_query
     return runner(sample_stream(events, settings), settings, QUERY, foreach_batch=writer, pool="sampling")
 

@@ -6,6 +6,7 @@ Spark's own: everything the sources hold at start, in ``maxOffsetsPerTrigger``-s
 """
 from __future__ import annotations
 
+import json
 import logging
 from contextlib import contextmanager
 from typing import Callable
@@ -60,6 +61,23 @@ def finish(query: StreamingQuery, settings: Settings, trigger: str | None = None
 
     flush_progress(SparkSession.active(), settings, query)
     return query
+
+
+def writer_id(settings: Settings, query: str, sink: str = "") -> str:
+    """The Delta ``txnAppId`` of a query's sink: query name (+ sink) + the id Spark keeps in the checkpoint.
+
+    Stable across restarts from the same checkpoint (a replayed batch is recognised); new with a new
+    checkpoint, whose batch ids start at 0 again and must not be taken for replays of the old query's.
+    Call it inside ``foreachBatch`` (the checkpoint's ``metadata`` file exists once the query has started).
+    """
+    metadata = f"{settings.checkpoint_path(query)}/metadata"
+    try:
+        with open(metadata) as handle:  # local paths and Unity Catalog volumes (/Volumes/...)
+            first = handle.readline()
+    except OSError:  # other file systems: through Spark
+        first = SparkSession.active().read.text(metadata).first()[0]
+    name = settings.query_name(query) + (f":{sink}" if sink else "")
+    return f"{name}@{json.loads(first)['id']}"
 
 
 @contextmanager
