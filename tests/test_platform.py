@@ -73,3 +73,12 @@ def test_a_broker_that_cannot_start_is_one_clear_error(tmp_path, monkeypatch):
     with pytest.raises(broker.BrokerError, match="could not format|exited during start"):
         broker.up("127.0.0.1:19094", tmp_path / "broker")
     assert not broker.is_running(tmp_path / "broker")
+
+
+def test_missing_maven_is_one_clear_sentence(monkeypatch):
+    from sensorcep import jars
+
+    monkeypatch.setattr(jars, "is_current", lambda: False)  # the jars would have to be fetched
+    monkeypatch.setattr(jars.shutil, "which", lambda name: None)
+    with pytest.raises(jars.JarsError, match=r"^Apache Maven \(`mvn`\) was not found: install Maven 3\.8\+"):
+        jars.fetch(quiet=True)
