@@ -22,7 +22,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from .settings import PROJECT_ROOT
+from .settings import LOCAL_BROKER, PROJECT_ROOT
 
 DEFAULT_DATA_DIR = PROJECT_ROOT / ".broker"
 DEFAULT_PARTITIONS = 2
@@ -187,7 +187,7 @@ def wait_until_ready(bootstrap: str, timeout: float = START_TIMEOUT_S, process: 
     raise BrokerError(f"the Kafka broker at {bootstrap} did not answer within {timeout:.0f} s ({last})")
 
 
-def up(bootstrap: str = "127.0.0.1:9092", data_dir: Path = DEFAULT_DATA_DIR) -> str:
+def up(bootstrap: str = LOCAL_BROKER, data_dir: Path = DEFAULT_DATA_DIR) -> str:
     """Start the broker (or reuse ours if it is already up); return its bootstrap address."""
     host, port = _split(bootstrap)
     data_dir = Path(data_dir).resolve()
