@@ -3,7 +3,7 @@
 * ``.jars/spark/``  Spark's Kafka connector and Delta Lake, on the local SparkSession's classpath;
 * ``.jars/broker/`` Apache Kafka, the classpath of the local broker.
 
-``python -m sensorcep jars`` (run by ``make venv``) copies them from Maven Central through Maven's own
+``python -m sensorcep jars`` (``make jars``, a step of ``make demo`` and ``make test``) copies them from Maven Central through Maven's own
 cache (``~/.m2``); a stamp (the hash of the poms) makes every later run a no-op without starting Maven.
 On Databricks nothing here is used: the runtime ships both connectors.
 """
@@ -66,7 +66,7 @@ def _require(folder: str) -> Path:
     path = JARS_DIR / folder
     if not is_current() or not any(path.glob("*.jar")):
         raise JarsError(f"the JVM dependencies in {path} are missing or older than jvm/pom.xml: "
-                        "run `make venv` (or `python -m sensorcep jars`)")
+                        "run `make jars` (or `python -m sensorcep jars`)")
     return path
 
 
