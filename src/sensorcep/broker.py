@@ -227,8 +227,8 @@ def up(bootstrap: str = LOCAL_BROKER, data_dir: Path = DEFAULT_DATA_DIR) -> str:
 def down(data_dir: Path = DEFAULT_DATA_DIR, timeout: float = 60.0) -> bool:
     """Stop our broker (SIGTERM, a clean shutdown; SIGKILL after ``timeout``). False if it was not running."""
     found = pid(data_dir)
-    _pid_file(data_dir).unlink(missing_ok=True) if found is None else None
     if found is None:
+        _pid_file(data_dir).unlink(missing_ok=True)  # a stale record (the process is gone or the pid was reused)
         return False
     import psutil
 

@@ -5,12 +5,9 @@ A micro-batch is appended exactly once with Delta's idempotent writes (``txnAppI
 """
 from __future__ import annotations
 
-import logging
 from typing import Callable, Iterable
 
 from pyspark.sql import DataFrame, SparkSession
-
-log = logging.getLogger(__name__)
 
 
 def write_batch(df: DataFrame, path: str, app_id: str, batch_id: int, partition_by: Iterable[str] = (),
