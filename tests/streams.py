@@ -98,6 +98,18 @@ def produce_acknowledged(records: pd.DataFrame, bootstrap: str, topic: str, ackn
     producer.flush(200)
 
 
+def topic_end_offsets(bootstrap: str, topic: str) -> dict[str, int]:
+    """{partition: end offset} of a topic now (what a query must have read to have read everything)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "end-offsets", "enable.auto.commit": False})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return {str(p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+    finally:
+        consumer.close()
+
+
 def topic_records(bootstrap: str, topic: str) -> list[tuple[int, int, bytes, bytes]]:
     """Every record of a topic, all partitions: (partition, offset, key, value), in partition then offset order."""
     import uuid

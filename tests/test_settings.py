@@ -34,6 +34,12 @@ def test_durations_and_triggers():
     assert parse_duration("60 seconds") == 60 and parse_duration("5 minutes") == 300 and parse_duration("500 ms") == 0.5
     assert parse_trigger("availableNow") == {"availableNow": True}
     assert parse_trigger("2 seconds") == {"processingTime": "2 seconds"}
+    assert parse_trigger("realtime") == {"realTime": "5 minutes"}
+    assert parse_trigger("realtime:30 seconds") == {"realTime": "30 seconds"}
+    with pytest.raises(SettingsError, match="at least 5 seconds"):
+        parse_trigger("realtime:1 second")
+    with pytest.raises(SettingsError, match="stateless queries only"):
+        Settings(trigger="realtime").validate()
     with pytest.raises(SettingsError, match="duration"):
         Settings(watermark_delay="soon").validate()
     with pytest.raises(SettingsError, match="slide_duration"):

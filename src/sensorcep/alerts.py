@@ -1,9 +1,12 @@
 """03 anomaly alerts: every anomalous event to Kafka as an alert, fast; unacknowledged alerts escalated.
 
-* :func:`alert_stream` is stateless: an event with ``sensor_freq < anomaly_threshold`` becomes an
-  alert whatever its lateness. Its ``alert_id`` is derived from the event (device, event time in
-  microseconds, rule), so a replayed micro-batch re-sends the *same* alert and consumers dedupe on it:
-  Kafka delivery is at least once. The alert query writes nothing but the alerts topic (latency).
+* :func:`alert_stream` is stateless: a valid event (the rules of 01's parser) with ``sensor_freq <
+  anomaly_threshold`` becomes an alert whatever its lateness. Its ``alert_id`` is derived from the event
+  (device, event time in microseconds, rule), so a replayed batch re-sends the *same* alert and consumers
+  dedupe on it: Kafka delivery is at least once. :func:`start_alerts` writes the alerts topic and nothing
+  else (Spark's Kafka sink, no foreachBatch), so it runs in any trigger: ``realtime`` (Spark's real-time
+  mode, records processed as they arrive), an interval, or ``availableNow``. When the alert was produced
+  is the alert record's own Kafka timestamp (``detected_at`` once read back).
 * :func:`start_anomalies` records alerts off the latency path: a micro-batch query reads the alerts
   topic back and MERGEs each batch into the Delta table ``anomalies`` on ``alert_id``, so an event sent
   twice, a replayed batch and a re-sent alert each leave one row.
@@ -20,17 +23,19 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import delta
-from .kafka import read_kafka, write_kafka
+from .kafka import read_kafka, sink_options, write_kafka
 from .settings import Settings
 from .streaming import materialized, writer_id
 
 QUERY = "alerts"
 ANOMALIES_QUERY = "anomalies"
 ESCALATION_QUERY = "escalations"
-#: the alert record (JSON on the alerts topic); kafka_timestamp = when the event reached Kafka
-ALERT_FIELDS = ["alert_id", "device_id", "sensor_freq", "event_time", "kafka_timestamp", "detected_at", "rule"]
+#: the alert record (JSON value on the alerts topic, key = device id); kafka_timestamp = when the event reached Kafka
+ALERT_FIELDS = ["alert_id", "device_id", "sensor_freq", "event_time", "kafka_timestamp", "rule"]
 ALERT_SCHEMA = ("alert_id string, device_id string, sensor_freq double, event_time timestamp, "
-                "kafka_timestamp timestamp, detected_at timestamp, rule string")
+                "kafka_timestamp timestamp, rule string")
+#: an alert read back from the topic: its fields + detected_at (the alert record's Kafka timestamp)
+ANOMALY_FIELDS = [*ALERT_FIELDS, "detected_at"]
 ACK_SCHEMA = "alert_id string, acked_by string, ack_time timestamp"
 
 
@@ -49,12 +54,12 @@ def alert_id_column(rule: str) -> Column:
 
 
 def alert_stream(events: DataFrame, settings: Settings) -> DataFrame:
-    """Valid events -> alerts (the ``anomalies`` columns). No watermark, no state: late events alert too."""
+    """Valid events -> alerts (:data:`ALERT_FIELDS`). No watermark, no state: late events alert too."""
     rule = rule_text(settings.anomaly_threshold)
     return events.where(F.col("sensor_freq") < settings.anomaly_threshold).select(
-        alert_id_column(rule).alias("alert_id"), "device_id", "sensor_freq", "event_time",
-        F.lit(rule).alias("rule"), "kafka_timestamp",
-    )  # detected_at is stamped per micro-batch by the writer (see write_alerts_batch)
+        alert_id_column(rule).alias("alert_id"), "device_id", "sensor_freq", "event_time", "kafka_timestamp",
+        F.lit(rule).alias("rule"),
+    )
 
 
 def kafka_columns() -> list[Column]:
@@ -62,50 +67,53 @@ def kafka_columns() -> list[Column]:
     return [F.col("device_id").alias("key"), F.to_json(F.struct(*ALERT_FIELDS)).alias("value")]
 
 
-def write_alerts_batch(settings: Settings):
-    def write(batch: DataFrame, batch_id: int) -> None:
-        # detected_at is stamped here, on the micro-batch: a per-batch literal inside the stream's plan would
-        # make Spark regenerate and recompile the parsing code every micro-batch
-        write_kafka(batch.withColumn("detected_at", F.current_timestamp()).select(*kafka_columns()),
-                    settings, settings.alerts_topic)
+def start_alerts(spark: SparkSession, settings: Settings, *, wait: bool = True, events: DataFrame | None = None):
+    """Run (availableNow) or start (``realtime`` or an interval: ``alerts_trigger``) the alert query, pool ``alerts``.
 
-    return write
+    Events topic -> 01's parser, valid events only -> the rule -> alerts topic, through Spark's Kafka sink.
+    """
+    from .ingest import valid_events
+    from .settings import is_realtime
+    from .streaming import run_available_now, start_query
+
+    if events is None:
+        raw = read_kafka(spark, settings, settings.events_topic, realtime=is_realtime(settings.alerts_trigger))
+        events = valid_events(raw, settings)
+    runner = run_available_now if wait else start_query
+    return runner(alert_stream(events, settings).select(*kafka_columns()), settings, QUERY,
+                  sink=("kafka", sink_options(settings, settings.alerts_topic)),
+                  trigger=settings.alerts_trigger, pool="alerts")
+
+
+def read_alerts(spark: SparkSession, settings: Settings) -> DataFrame:
+    """The alerts topic as a stream of alerts (:data:`ANOMALY_FIELDS`)."""
+    return parse_json_records(read_kafka(spark, settings, settings.alerts_topic), ALERT_SCHEMA).withColumnRenamed(
+        "timestamp", "detected_at")
 
 
 def merge_anomalies_batch(settings: Settings):
     """foreachBatch: alerts read back from the topic -> MERGE into ``anomalies`` on ``alert_id`` (insert if new).
 
-    The merge is idempotent by itself: a replayed batch or a re-sent alert finds its row and adds nothing.
+    The merge is idempotent by itself: a replayed batch or a re-sent alert finds its row and adds nothing (the
+    first copy's ``detected_at`` stays).
     """
     path = settings.table_path("anomalies")
 
     def write(batch: DataFrame, batch_id: int) -> None:
         rows = (batch.where(F.col("alert_id").isNotNull()).dropDuplicates(["alert_id"])
-                .select(*ALERT_FIELDS, F.to_date("event_time").alias("part_date")))
+                .select(*ANOMALY_FIELDS, F.to_date("event_time").alias("part_date")))
         delta.merge_new_rows(rows, path, "alert_id", ["part_date"])
 
     return write
-
-
-def start_alerts(spark: SparkSession, settings: Settings, *, wait: bool = True, events: DataFrame | None = None):
-    """Run (availableNow) or start (``alerts_trigger`` interval) the alert query in the ``alerts`` pool."""
-    from .parsing import fast_valid_events
-    from .streaming import run_available_now, start_query
-
-    if events is None:  # the fast path of the parser: a quarter of the full parser's per-batch cost
-        events = fast_valid_events(read_kafka(spark, settings, settings.events_topic), settings)
-    runner = run_available_now if wait else start_query
-    return runner(alert_stream(events, settings), settings, QUERY, foreach_batch=write_alerts_batch(settings),
-                  trigger=settings.alerts_trigger, pool="alerts")
 
 
 def start_anomalies(spark: SparkSession, settings: Settings, *, wait: bool = True):
     """Run (availableNow) or start (``trigger``) the query recording alerts in ``anomalies``, off the latency path."""
     from .streaming import run_available_now, start_query
 
-    alerts = parse_json_records(read_kafka(spark, settings, settings.alerts_topic), ALERT_SCHEMA)
     runner = run_available_now if wait else start_query
-    return runner(alerts, settings, ANOMALIES_QUERY, foreach_batch=merge_anomalies_batch(settings))
+    return runner(read_alerts(spark, settings), settings, ANOMALIES_QUERY,
+                  foreach_batch=merge_anomalies_batch(settings))
 
 
 def run_alert_path(spark: SparkSession, settings: Settings):
@@ -117,15 +125,19 @@ def run_side_by_side(spark: SparkSession, settings: Settings):
     """The alert query (pool ``alerts``) and the sampling query (pool ``sampling``) in one application.
 
     Both are started before either is waited for, so they share the cores by FAIR pool weight
-    (``scheduler_pools``). With availableNow both run to the end of the topic; with interval triggers
-    they keep running and are returned running.
+    (``scheduler_pools``). With availableNow both run to the end of the topic. A real-time alert query runs
+    beside the sampling query and is stopped once it has caught up with the events topic as it was when the
+    sampling query finished; with interval triggers both keep running and are returned running.
     """
     from . import sampling
-    from .streaming import finish
+    from .settings import is_realtime
+    from .streaming import finish, source_end_offsets, stop_when_caught_up
 
     alerts_query = start_alerts(spark, settings, wait=False)
-    sampling_query = sampling.start_sampling(spark, settings, wait=False)
-    return finish(alerts_query, settings, settings.alerts_trigger), finish(sampling_query, settings)
+    sampling_query = finish(sampling.start_sampling(spark, settings, wait=False), settings)
+    if is_realtime(settings.alerts_trigger) and settings.trigger == "availableNow":
+        stop_when_caught_up(alerts_query, source_end_offsets(sampling_query))
+    return finish(alerts_query, settings, settings.alerts_trigger), sampling_query
 
 
 # ------------------------------------------------------------------------------ escalation
@@ -145,7 +157,7 @@ def escalation_stream(alerts: DataFrame, acks: DataFrame, settings: Settings) ->
         k, (F.col("alert_id") == F.col("ack_alert_id")) & (F.col("ack_time") >= F.col("event_time"))
         & (F.col("ack_time") <= bound), "leftOuter")
     return joined.where(F.col("ack_alert_id").isNull()).select(
-        *ALERT_FIELDS, bound.alias("ack_deadline"), F.current_timestamp().alias("escalated_at"),
+        *ANOMALY_FIELDS, bound.alias("ack_deadline"), F.current_timestamp().alias("escalated_at"),
         F.lit(f"not acknowledged within {settings.ack_timeout}").alias("reason"),
     )
 
@@ -173,7 +185,7 @@ def start_escalations(spark: SparkSession, settings: Settings, *, wait: bool = T
     """
     from .streaming import run_available_now, start_query
 
-    alerts = parse_json_records(read_kafka(spark, settings, settings.alerts_topic), ALERT_SCHEMA)
+    alerts = read_alerts(spark, settings)
     acks = parse_json_records(read_kafka(spark, settings, settings.acks_topic), ACK_SCHEMA)
     runner = run_available_now if wait else start_query
     policy = "spark.sql.streaming.multipleWatermarkPolicy"

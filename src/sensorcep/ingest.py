@@ -37,13 +37,18 @@ def bronze_stream(raw: DataFrame, settings: Settings, devices: DataFrame | None 
     return stream
 
 
-def valid_event_stream(spark: SparkSession, settings: Settings) -> DataFrame:
-    """Kafka -> parsed valid events (device_id, sensor_freq, event_time, kafka_timestamp): input of 02 and 03.
+def valid_events(raw: DataFrame, settings: Settings) -> DataFrame:
+    """Kafka rows -> parsed valid events (device_id, sensor_freq, event_time, kafka_timestamp), 01's rules.
 
     Bad records are not passed on: 01 ingest already quarantines them with their reason.
     """
-    parsed = parse_events(read_kafka(spark, settings, settings.events_topic), settings)
+    parsed = parse_events(raw, settings)
     return parsed.where(F.col("reason").isNull()).select("device_id", "sensor_freq", "event_time", "kafka_timestamp")
+
+
+def valid_event_stream(spark: SparkSession, settings: Settings) -> DataFrame:
+    """The events topic -> parsed valid events: input of 02 and 03."""
+    return valid_events(read_kafka(spark, settings, settings.events_topic), settings)
 
 
 def write_ingest_batch(settings: Settings, extra_columns: list[str]):

@@ -34,11 +34,11 @@ def client_config(settings: Settings) -> dict[str, str]:
 
 
 def read_kafka(spark: SparkSession, settings: Settings, topics: list[str] | str, *,
-               starting_offsets: str = "earliest", stream: bool = True) -> DataFrame:
+               starting_offsets: str = "earliest", stream: bool = True, realtime: bool = False) -> DataFrame:
     """Kafka records with Spark's Kafka columns (key, value, topic, partition, offset, timestamp, ...).
 
     Streams read at most ``max_offsets_per_trigger`` records per micro-batch (0 = no limit; availableNow
-    honours it too). Records lost before they were read (retention, a re-created topic) fail the query,
+    honours it too; a ``realtime`` reader has no batches to size, and real-time mode refuses the option). Records lost before they were read (retention, a re-created topic) fail the query,
     Spark's default: nothing is skipped silently.
     """
     topics = topics if isinstance(topics, str) else ",".join(topics)
@@ -48,10 +48,20 @@ def read_kafka(spark: SparkSession, settings: Settings, topics: list[str] | str,
         "startingOffsets": starting_offsets,
         **security_options(settings),
     }
-    if stream and settings.max_offsets_per_trigger:
+    if stream and settings.max_offsets_per_trigger and not realtime:
         options["maxOffsetsPerTrigger"] = str(settings.max_offsets_per_trigger)
     reader = spark.readStream if stream else spark.read
     return reader.format("kafka").options(**options).load()
+
+
+def sink_options(settings: Settings, topic: str) -> dict[str, str]:
+    """Options of Spark's Kafka sink writing to ``topic`` (streaming ``format("kafka")`` or batch).
+
+    ``linger.ms=0``: a record is sent as soon as it is written, not held back to fill a batch (latency first; the
+    alert path writes few records).
+    """
+    return {"kafka.bootstrap.servers": settings.kafka_bootstrap_servers, "topic": topic, "kafka.linger.ms": "0",
+            **security_options(settings)}
 
 
 def write_kafka(df: DataFrame, settings: Settings, topic: str) -> None:

@@ -53,19 +53,6 @@ def _stage(raw: DataFrame, settings: Settings) -> DataFrame:
     return staged
 
 
-def fast_valid_events(raw: DataFrame, settings: Settings) -> DataFrame:
-    """Only the typed fast path: the events it vouches for (device_id, sensor_freq, event_time, kafka_timestamp).
-
-    For latency-critical queries (alerts): a fraction of the full parser's plan, so each micro-batch plans and
-    runs faster. Bad records are not its business (01 ingest quarantines them); a valid event in an unusual form
-    the fast path is unsure of (a device id spelled "true", say) is left to the full parser and not alerted.
-    """
-    staged = _stage(raw, settings)
-    return staged.where("_ok").select(
-        F.col("_j.device_id").alias("device_id"), F.col("_j.sensor_freq").alias("sensor_freq"),
-        F.col("_t").alias("event_time"), "kafka_timestamp")
-
-
 def parse_events(raw: DataFrame, settings: Settings) -> DataFrame:
     """Kafka rows -> device_id, sensor_freq, event_time, the ``extra_fields``, reason (+ raw value, Kafka coordinates).
 

@@ -39,10 +39,16 @@ def rocksdb_provider() -> str:
     return DATABRICKS_ROCKSDB_PROVIDER if is_databricks() else OSS_ROCKSDB_PROVIDER
 
 
+#: task slots beyond the cores: a real-time-mode query holds one slot per source partition for as long as it
+#: runs, and the micro-batch queries beside it still need slots (``SENSORCEP_EXTRA_TASK_SLOTS``)
+EXTRA_TASK_SLOTS = 4
+
+
 def local_spark_conf(cores: int | None = None) -> dict[str, str]:
     cores = cores or os.cpu_count() or 2
+    slots = cores + int(os.environ.get("SENSORCEP_EXTRA_TASK_SLOTS", EXTRA_TASK_SLOTS))
     return {
-        "spark.master": f"local[{cores}]",
+        "spark.master": f"local[{slots}]",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(cores),
         "spark.default.parallelism": str(cores),
@@ -61,6 +67,22 @@ def local_spark_conf(cores: int | None = None) -> dict[str, str]:
         # (measured here: ~0.7 s per small txn append with 1, ~0.9 s with 2, 3-4.5 s with 50)
         "spark.databricks.delta.snapshotPartitions": "1",
     }
+
+
+def set_trigger(writer, trigger: dict):
+    """``DataStreamWriter.trigger(**trigger)``; real-time mode also where PySpark has no ``realTime`` keyword.
+
+    Databricks' PySpark (and Apache Spark's from 4.2) takes ``trigger(realTime=...)``; open-source PySpark 4.1
+    has the JVM's ``Trigger.RealTime`` (SPARK-53736) but not yet the keyword, so a classic session sets it there.
+    """
+    if "realTime" not in trigger:
+        return writer.trigger(**trigger)
+    try:
+        return writer.trigger(**trigger)
+    except TypeError:
+        jvm_trigger = writer._spark._jvm.org.apache.spark.sql.streaming.Trigger.RealTime(trigger["realTime"])
+        writer._jwrite = writer._jwrite.trigger(jvm_trigger)
+        return writer
 
 
 def check_java() -> str:

@@ -57,7 +57,8 @@ class Settings:
     anomaly_threshold: float = 0.0
     ack_timeout: str = "10 minutes"
     max_future: str = "1 day"
-    alerts_trigger: str = "0 seconds"  # as fast as possible: measured by benchmarks/alert_latency.py
+    alerts_trigger: str = field(default="realtime", metadata={
+        "doc": "the alert query's trigger: realtime[:<checkpoint interval>], an interval, or availableNow"})
     tuning_preset: str = "quick"
     kafka_secret_scope: str = ""
     scheduler_pools: str = "sampling:1,alerts:2"
@@ -90,7 +91,8 @@ class Settings:
             parse_duration(getattr(self, name), name)
         if parse_duration(self.slide_duration) > parse_duration(self.window_duration):
             raise SettingsError("slide_duration must not exceed window_duration")
-        parse_trigger(self.trigger)
+        if is_realtime(self.trigger):
+            raise SettingsError("trigger: real-time mode runs stateless queries only; it is for alerts_trigger")
         parse_trigger(self.alerts_trigger)
         if self.partitions < 1:
             raise SettingsError("partitions must be >= 1")
@@ -169,14 +171,37 @@ def parse_duration(text: str, name: str = "duration") -> float:
         raise SettingsError(f"{name}: cannot read {text!r} as a duration like '30 seconds'") from None
 
 
+#: Spark's default checkpoint interval of a real-time-mode query, and the shortest it accepts
+#: (``spark.sql.streaming.realTimeMode.minBatchDuration``)
+REALTIME_DEFAULT_INTERVAL = "5 minutes"
+REALTIME_MIN_SECONDS = 5.0
+
+
 def parse_trigger(text: str) -> dict:
-    """Trigger parameter -> keyword arguments for ``DataStreamWriter.trigger``."""
+    """Trigger parameter -> keyword arguments for ``DataStreamWriter.trigger``.
+
+    ``availableNow``; an interval such as ``"10 seconds"`` (micro-batches); or ``realtime`` /
+    ``realtime:<interval>`` (Spark's real-time mode: long-running tasks process each record as it arrives;
+    the interval is how often progress is checkpointed, not a latency, default 5 minutes, at least 5 seconds).
+    """
+    text = str(text).strip()
     if text in ("availableNow", "available_now"):
         return {"availableNow": True}
     if text in ("once",):
         return {"once": True}
+    mode, _, interval = text.partition(":")
+    if mode.strip().lower() in ("realtime", "real-time", "real_time"):
+        interval = interval.strip() or REALTIME_DEFAULT_INTERVAL
+        if parse_duration(interval, "realtime trigger") < REALTIME_MIN_SECONDS:
+            raise SettingsError(f"trigger {text!r}: a real-time-mode checkpoint interval is at least "
+                                f"{REALTIME_MIN_SECONDS:g} seconds (it is not a latency)")
+        return {"realTime": interval}
     parse_duration(text, "trigger")
     return {"processingTime": text}
+
+
+def is_realtime(trigger: str) -> bool:
+    return "realTime" in parse_trigger(trigger)
 
 
 def parse_pools(text: str) -> dict[str, int]:

@@ -14,6 +14,7 @@ from typing import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from .runtime import set_trigger
 from .settings import Settings, parse_trigger
 
 log = logging.getLogger(__name__)
@@ -25,11 +26,20 @@ def start_query(
     query: str,
     *,
     foreach_batch: Callable | None = None,
+    sink: tuple[str, dict[str, str]] | None = None,
     trigger: str | None = None,
     pool: str | None = None,
     output_mode: str = "append",
 ) -> StreamingQuery:
+    """Start ``df`` as the project's query ``query``: into ``foreach_batch``, or a ``sink`` = (format, options).
+
+    A real-time trigger (``realtime[:interval]``) runs in update mode, the only one real-time mode takes (for a
+    stateless query it writes the same rows as append).
+    """
     trigger = trigger or settings.trigger
+    trigger_kwargs = parse_trigger(trigger)
+    if "realTime" in trigger_kwargs:
+        output_mode = "update"
     spark = df.sparkSession
     if pool:
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
@@ -43,7 +53,9 @@ def start_query(
     )
     if foreach_batch is not None:
         writer = writer.foreachBatch(foreach_batch)
-    started = writer.trigger(**parse_trigger(trigger)).start()
+    if sink is not None:
+        writer = writer.format(sink[0]).options(**sink[1])
+    started = set_trigger(writer, trigger_kwargs).start()
     if pool:
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
     return started
@@ -94,3 +106,45 @@ def run_available_now(df: DataFrame, settings: Settings, query: str, **kwargs) -
     """Start with the settings' trigger and, for availableNow, wait until everything is processed."""
     started = start_query(df, settings, query, **kwargs)
     return finish(started, settings, kwargs.get("trigger"))
+
+
+def source_end_offsets(query: StreamingQuery) -> dict[str, dict[str, int]]:
+    """The Kafka offsets a query has processed up to (its last progress' ``endOffset``): {topic: {partition: offset}}."""
+    last = query.lastProgress
+    if last is None:
+        return {}
+    offsets: dict[str, dict[str, int]] = {}
+    for source in json.loads(last.json)["sources"]:
+        end = source.get("endOffset")
+        end = json.loads(end) if isinstance(end, str) else end
+        for topic, partitions in (end or {}).items():
+            if isinstance(partitions, dict):
+                offsets.setdefault(topic, {}).update({str(p): int(o) for p, o in partitions.items()})
+    return offsets
+
+
+def caught_up(query: StreamingQuery, target: dict[str, dict[str, int]]) -> bool:
+    done = source_end_offsets(query)
+    return all(done.get(topic, {}).get(p, -1) >= o for topic, parts in target.items() for p, o in parts.items())
+
+
+def stop_when_caught_up(query: StreamingQuery, target: dict[str, dict[str, int]], timeout_s: float = 300.0,
+                        poll_s: float = 0.2) -> StreamingQuery:
+    """Stop a running query once its progress shows it has read ``target`` (e.g. another query's end offsets).
+
+    A real-time-mode query reports progress once per checkpoint interval, so this returns within about one
+    interval of the query catching up. Raises the query's error if it failed, TimeoutError if it never caught up.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not caught_up(query, target):  # polling a condition, not sleeping as synchronisation
+        if query.exception() is not None:
+            raise query.exception()
+        if time.monotonic() > deadline:
+            query.stop()
+            raise TimeoutError(f"{query.name} read up to {source_end_offsets(query)}, not {target}, "
+                               f"within {timeout_s:.0f} s")
+        time.sleep(poll_s)
+    query.stop()
+    return query
