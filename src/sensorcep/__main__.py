@@ -69,10 +69,14 @@ def cmd_simulate(args) -> None:
 
 
 def cmd_run(args) -> None:
-    from .jobs import JobError, run
+    from .jobs import ALWAYS_ON_JOB_KEY, JOB_KEY, JobError, run, run_always_on
 
+    job = args.job or JOB_KEY
     try:
-        out = run(args.task, _params(args.param))
+        if job == ALWAYS_ON_JOB_KEY:
+            run_always_on(job, _params(args.param), minutes=args.minutes, every_s=args.every)
+            return
+        out = run(args.task, _params(args.param), job_key=job)
     except JobError as exc:
         print(f"✘ {exc}", file=sys.stderr)
         raise SystemExit(1) from None
@@ -114,8 +118,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--devices-table", action="store_true", help="also write the devices dimension table")
     p.set_defaults(func=cmd_simulate)
 
-    p = sub.add_parser("run", help="run the bundle's pipeline job locally")
-    p.add_argument("--task", action="append", help="only these task keys (repeatable)")
+    p = sub.add_parser("run", help="run a bundle job locally (default: the pipeline job)")
+    p.add_argument("--job", help="job key in bundles/*.yml: sensor_cep_pipeline (default) or sensor_cep_streaming "
+                                 "(always on: runs until Ctrl-C or --minutes)")
+    p.add_argument("--minutes", type=float, help="always-on job: stop after this many minutes")
+    p.add_argument("--every", type=float, default=10.0, help="always-on job: seconds between progress lines")
+    p.add_argument("--task", action="append", help="pipeline job: only these task keys (repeatable)")
     p.add_argument("--param", action="append", help="name=value job parameter override (repeatable)")
     p.set_defaults(func=cmd_run)
 

@@ -1,8 +1,13 @@
-"""The local job runner: executes the bundle's pipeline job like Databricks would.
+"""The local job runner: executes the bundle's jobs like Databricks would.
 
-``bundles/*.yml`` is the single source of truth: tasks run in ``depends_on`` order with their
-``base_parameters`` (``${var.x}`` resolves to the local default of setting ``x`` unless given with
-``--param x=value``). Each executed notebook is saved with its outputs under ``runs/<stamp>/``.
+``bundles/*.yml`` is the single source of truth. ``${var.x}`` resolves to the local default of setting ``x``
+(else the variable's default in ``databricks.yml``) unless given with ``--param x=value``.
+
+* the pipeline job (notebook tasks, availableNow): tasks run in ``depends_on`` order with their
+  ``base_parameters``; each executed notebook is saved with its outputs under ``runs/<stamp>/``;
+* the always-on job (python_wheel_task tasks calling the ``sensorcep-stream`` entry point): every task's
+  queries start in this one Spark application and run until Ctrl-C, ``minutes`` or a stop condition, with a
+  live line per query; then they are stopped cleanly and resume from their checkpoints next time.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from .settings import PROJECT_ROOT, defaults
 
 BUNDLE_DIR = PROJECT_ROOT / "bundles"
 JOB_KEY = "sensor_cep_pipeline"
+ALWAYS_ON_JOB_KEY = "sensor_cep_streaming"
 VAR = re.compile(r"\$\{var\.([a-zA-Z0-9_]+)\}")
 
 
@@ -32,9 +38,10 @@ class JobError(RuntimeError):
 @dataclass
 class Task:
     key: str
-    notebook: Path
+    notebook: Path | None  # a notebook task's notebook; None for a python_wheel_task
     parameters: dict[str, str]
     depends_on: list[str] = field(default_factory=list)
+    entry_point: str | None = None  # a python_wheel_task's entry point
 
 
 def load_job(job_key: str = JOB_KEY, bundle_dir: Path = BUNDLE_DIR) -> dict:
@@ -44,6 +51,12 @@ def load_job(job_key: str = JOB_KEY, bundle_dir: Path = BUNDLE_DIR) -> dict:
         if job is not None:
             return {"path": path, "job": job}
     raise JobError(f"job {job_key!r} not found in {bundle_dir}/*.yml")
+
+
+def bundle_variables(root: Path = PROJECT_ROOT) -> dict[str, str]:
+    """The defaults of ``databricks.yml``'s variables (for the variables that are not settings)."""
+    doc = yaml.safe_load((root / "databricks.yml").read_text()) or {}
+    return {name: str(spec.get("default", "")) for name, spec in (doc.get("variables") or {}).items()}
 
 
 def resolve(value: str, variables: dict[str, str]) -> str:
@@ -57,32 +70,39 @@ def resolve(value: str, variables: dict[str, str]) -> str:
 
 
 def tasks(job_key: str = JOB_KEY, params: dict[str, str] | None = None, bundle_dir: Path = BUNDLE_DIR) -> list[Task]:
-    """The job's notebook tasks in dependency order, parameters resolved for a local run."""
+    """The job's tasks in dependency order, parameters resolved for a local run."""
     found = load_job(job_key, bundle_dir)
-    variables = {**defaults(), **(params or {})}
+    variables = {**bundle_variables(bundle_dir.parent), **defaults(), **(params or {})}
     by_key = {}
     for t in found["job"].get("tasks", []):
-        nb = t.get("notebook_task")
-        if nb is None:
-            raise JobError(f"task {t['task_key']!r} is not a notebook task; the local runner runs notebooks only")
-        path = (found["path"].parent / nb["notebook_path"]).resolve()
-        if path.suffix != ".ipynb":
-            path = path.with_suffix(".ipynb")
-        base = {k: resolve(v, variables) for k, v in (nb.get("base_parameters") or {}).items()}
-        base.update({k: v for k, v in (params or {}).items() if k in base})
-        by_key[t["task_key"]] = Task(t["task_key"], path, base, [d["task_key"] for d in t.get("depends_on", [])])
+        nb, wheel = t.get("notebook_task"), t.get("python_wheel_task")
+        depends_on = [d["task_key"] for d in t.get("depends_on", [])]
+        if nb is not None:
+            path = (found["path"].parent / nb["notebook_path"]).resolve()
+            if path.suffix != ".ipynb":
+                path = path.with_suffix(".ipynb")
+            raw, entry_point = nb.get("base_parameters") or {}, None
+        elif wheel is not None:
+            path, raw, entry_point = None, wheel.get("named_parameters") or {}, wheel["entry_point"]
+        else:
+            raise JobError(f"task {t['task_key']!r} is neither a notebook nor a python wheel task")
+        base = {k: resolve(v, variables) for k, v in raw.items()}
+        base.update({k: v for k, v in (params or {}).items() if k in base and k != "task"})
+        by_key[t["task_key"]] = Task(t["task_key"], path, base, depends_on, entry_point)
     order = TopologicalSorter({k: t.depends_on for k, t in by_key.items()}).static_order()
     return [by_key[k] for k in order]
 
 
 def run(selected: list[str] | None = None, params: dict[str, str] | None = None,
-        runs_dir: Path | None = None, timeout: int = 1800) -> Path:
+        runs_dir: Path | None = None, timeout: int = 1800, job_key: str = JOB_KEY) -> Path:
     """Execute the (selected) tasks in order; returns the folder holding the executed notebooks."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    all_tasks = tasks(params=params)
+    all_tasks = tasks(job_key, params=params)
+    if any(t.notebook is None for t in all_tasks):
+        raise JobError(f"job {job_key!r} runs streaming tasks: run it with run_always_on (--job {job_key})")
     if selected:
         unknown = set(selected) - {t.key for t in all_tasks}
         if unknown:
@@ -111,3 +131,68 @@ def run(selected: list[str] | None = None, params: dict[str, str] | None = None,
         nbformat.write(nb, saved)
         print(f"✔ {task.key} in {time.monotonic() - started:.1f} s -> {saved}", flush=True)
     return out_dir
+
+
+# ------------------------------------------------------------------------------ the always-on job
+def entry_point_function(name: str):
+    """The function a python_wheel_task's ``entry_point`` names in the installed package's metadata."""
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group="console_scripts", name=name) if ep.dist and ep.dist.name == "sensorcep"]
+    if not found:
+        raise JobError(f"entry point {name!r} is not declared by the installed sensorcep package (pyproject.toml)")
+    return found[0].load()
+
+
+def run_always_on(job_key: str = ALWAYS_ON_JOB_KEY, params: dict[str, str] | None = None,
+                  minutes: float | None = None, until=None, every_s: float = 10.0, out=print, spark=None) -> list:
+    """Start every task of the always-on job in this Spark application; run until Ctrl-C, ``minutes``, or
+    ``until(queries)`` is true; print a line per query every ``every_s`` seconds; stop the queries cleanly.
+
+    Each task's ``named_parameters`` become its :class:`Settings`; its ``entry_point`` must be the package's
+    always-on entry point (what the wheel task calls on Databricks). A query that fails stops the others and
+    raises, as the job run would fail there. Returns the (stopped) queries.
+    """
+    from . import always_on
+    from .runtime import get_spark
+    from .settings import Settings
+
+    spark = spark or get_spark()
+    queries, triggers = [], {}
+    try:
+        for task in tasks(job_key, params=params):
+            if task.entry_point is None or entry_point_function(task.entry_point) is not always_on.main:
+                raise JobError(f"task {task.key!r} does not call the always-on entry point (sensorcep-stream)")
+            task_name, values = always_on.parse_arguments([f"--{k}={v}" for k, v in task.parameters.items()])
+            settings = Settings.from_mapping(values)
+            started = always_on.start_task(spark, task_name, settings)
+            for query in started:
+                triggers[query.name] = settings.alerts_trigger if task_name == "alerts" else settings.trigger
+            queries += started
+            out(f"▶ {task.key}: {', '.join(q.name for q in started)}")
+        deadline = time.monotonic() + minutes * 60 if minutes else None
+        next_line = time.monotonic()
+        while True:
+            failed = [q for q in queries if not q.isActive and q.exception() is not None]
+            if failed:
+                raise JobError(f"query {failed[0].name} failed: {failed[0].exception()}")
+            if until is not None and until(queries):
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            if time.monotonic() >= next_line:
+                stamp = datetime.now().strftime("%H:%M:%S")
+                from .monitoring import progress_line
+
+                for query in queries:
+                    out(f"{stamp} {triggers[query.name]:<20} {progress_line(query)}")
+                next_line = time.monotonic() + every_s
+            time.sleep(0.2)  # the loop's tick (Ctrl-C lands here)
+    except KeyboardInterrupt:
+        out("Ctrl-C: stopping the queries (they resume from their checkpoints)")
+    finally:
+        for query in queries:
+            if query.isActive:
+                query.stop()
+    out(f"✔ stopped {len(queries)} queries: {', '.join(q.name for q in queries)}")
+    return queries

@@ -243,6 +243,29 @@ def state_variable(spark, settings: Settings, query: str, state_var: str, operat
 
 
 # ------------------------------------------------------------------------------ live view
+def offsets_behind(progress: dict) -> int | None:
+    """Records the query's Kafka sources were behind the topics' ends at its last batch (None: no Kafka source)."""
+    behind = [int(float(m["maxOffsetsBehindLatest"])) for source in progress.get("sources") or []
+              if "maxOffsetsBehindLatest" in (m := source.get("metrics") or {})]
+    return sum(behind) if behind else None
+
+
+def progress_line(query) -> str:
+    """One line on a running query: batch, input and processing rate, batch time, Kafka records behind."""
+    if not query.isActive:
+        error = query.exception()
+        return f"{query.name:<16} stopped" + (f": {str(error).splitlines()[0]}" if error else "")
+    last = query.lastProgress
+    if last is None:
+        return f"{query.name:<16} {query.status.get('message', '')}"
+    progress = json.loads(last.json)
+    row = progress_row(progress)
+    behind = offsets_behind(progress)
+    return (f"{query.name:<16} batch {row['batch_id']:>5}  in {row['input_rows_per_second'] or 0:>9,.0f}/s  "
+            f"done {row['processed_rows_per_second'] or 0:>9,.0f}/s  batch {row['batch_duration_ms'] or 0:>7,} ms  "
+            f"behind {'-' if behind is None else f'{behind:,}'}")
+
+
 LIVE_COLUMNS = ["query", "status", "batch", "input rows/s", "processed rows/s", "batch ms", "state rows", "watermark"]
 
 

@@ -1,0 +1,110 @@
+"""The always-on job: each task starts its streaming queries and keeps them running until they stop or fail.
+
+The bundle's ``sensor_cep_streaming`` job (``continuous``: Databricks starts a new run when one ends or
+fails) runs one task per entry of :data:`TASKS`, each a ``python_wheel_task`` calling :func:`main` through the
+package's ``sensorcep-stream`` entry point with its parameters as ``--name=value`` arguments. Locally,
+``python -m sensorcep run --job sensor_cep_streaming`` starts the same tasks in one Spark application
+(:mod:`sensorcep.jobs`).
+
+* ``ingest``: Kafka -> ``bronze_events`` / ``quarantine_events`` (micro-batches, ``trigger``);
+* ``sampling_state``: ``sensor_samples`` and ``device_status`` (micro-batches, ``trigger``);
+* ``alerts``: events -> alerts topic (``alerts_trigger``: real-time mode), on a cluster of its own;
+* ``alert_records``: alerts topic -> ``anomalies`` (MERGE) and escalations (micro-batches, ``trigger``).
+
+A task that reads Kafka starts where its checkpoint left off: a stop and a restart lose and double nothing
+(Delta sinks are idempotent per batch, ``anomalies`` is a MERGE, alerts carry a stable ``alert_id``).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Callable
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from .settings import Settings, SettingsError
+
+log = logging.getLogger(__name__)
+
+
+def _ingest(spark: SparkSession, settings: Settings) -> list[StreamingQuery]:
+    from .ingest import start_ingest
+
+    return [start_ingest(spark, settings, wait=False)]
+
+
+def _sampling_state(spark: SparkSession, settings: Settings) -> list[StreamingQuery]:
+    from .device_activity import start_device_activity
+    from .sampling import start_sampling
+
+    return [start_sampling(spark, settings, wait=False), start_device_activity(spark, settings, wait=False)]
+
+
+def _alerts(spark: SparkSession, settings: Settings) -> list[StreamingQuery]:
+    from .alerts import start_alerts
+
+    return [start_alerts(spark, settings, wait=False)]
+
+
+def _alert_records(spark: SparkSession, settings: Settings) -> list[StreamingQuery]:
+    from .alerts import start_anomalies, start_escalations
+
+    return [start_anomalies(spark, settings, wait=False), start_escalations(spark, settings, wait=False)]
+
+
+#: task key -> what it starts
+TASKS: dict[str, Callable[[SparkSession, Settings], list[StreamingQuery]]] = {
+    "ingest": _ingest,
+    "sampling_state": _sampling_state,
+    "alerts": _alerts,
+    "alert_records": _alert_records,
+}
+
+
+def start_task(spark: SparkSession, task: str, settings: Settings) -> list[StreamingQuery]:
+    """Start the queries of one always-on task (they run until stopped)."""
+    if task not in TASKS:
+        raise SettingsError(f"unknown always-on task {task!r}; known: {', '.join(TASKS)}")
+    if settings.trigger == "availableNow":
+        raise SettingsError("the always-on job keeps queries running: give trigger an interval (e.g. '10 seconds')")
+    return TASKS[task](spark, settings)
+
+
+def await_queries(spark: SparkSession, queries: list[StreamingQuery]) -> None:
+    """Block while the queries run; raise the first failure, so the job run fails and Databricks restarts it."""
+    while any(q.isActive for q in queries):
+        spark.streams.awaitAnyTermination()
+        spark.streams.resetTerminated()
+        for query in queries:
+            if not query.isActive and query.exception() is not None:
+                for other in queries:
+                    if other.isActive:
+                        other.stop()
+                raise query.exception()
+
+
+def parse_arguments(argv: list[str] | None = None) -> tuple[str, dict[str, str]]:
+    """``--task=ingest --base_path=... --trigger=...`` (how a python_wheel_task passes named parameters)."""
+    parser = argparse.ArgumentParser(prog="sensorcep-stream", description="run one always-on task")
+    parser.add_argument("--task", required=True, choices=sorted(TASKS))
+    known, rest = parser.parse_known_args(argv)
+    params = {}
+    for item in rest:
+        name, sep, value = item.removeprefix("--").partition("=")
+        if not item.startswith("--") or not sep:
+            raise SettingsError(f"parameter {item!r}: expected --name=value")
+        params[name] = value
+    return known.task, params
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the always-on job's tasks (``sensorcep-stream --task=... --<setting>=...``)."""
+    from .runtime import get_spark
+
+    task, params = parse_arguments(argv)
+    settings = Settings.from_mapping(params)
+    spark = get_spark()
+    queries = start_task(spark, task, settings)
+    log.warning("always-on task %s: started %s", task, ", ".join(q.name for q in queries))
+    await_queries(spark, queries)
