@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EVENTS ?= 200000
 
-.PHONY: venv jars demo test lab broker-up broker-down bench clean check-java
+.PHONY: venv jars demo test lab up broker-up broker-down bench clean check-java
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ is required")'
@@ -40,6 +40,9 @@ demo: jars broker-up
 
 test: jars
 	$(PY) -m pytest
+
+up: jars broker-up  # the always-on job locally, until Ctrl-C (MINUTES=n to stop after n minutes)
+	$(PY) -m sensorcep run --job sensor_cep_streaming $(if $(MINUTES),--minutes $(MINUTES))
 
 lab: jars broker-up
 	$(PY) -m pip install --quiet -r requirements-lab.txt

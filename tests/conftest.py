@@ -28,7 +28,7 @@ def pytest_sessionstart(session):
         "SENSORCEP_ALERTS_TOPIC": "nb-sensor-alerts",
         "SENSORCEP_ACKS_TOPIC": "nb-sensor-alert-acks",
         "SENSORCEP_MAX_OFFSETS_PER_TRIGGER": "2000",
-        "SENSORCEP_ALERTS_TRIGGER": "availableNow",
+        "SENSORCEP_ALERTS_TRIGGER": "realtime:5 seconds",  # 03 and 05 run the real-time alert query
         "SENSORCEP_DEVICE_TIMEOUT": "20 seconds",
         "SENSORCEP_DRIVER_MEMORY": "3g",
         "SENSORCEP_RUN_DIR": str(SESSION_DIR / "run"),  # where notebooks save their plots (not the source tree)

@@ -39,18 +39,46 @@ def test_job_definition_parses_with_the_databricks_models():
     assert [t.task_key for t in model.tasks][0] == "ingest"
 
 
+def test_always_on_job_parses_and_runs_continuously_with_a_real_time_mode_cluster():
+    found = jobs.load_job(jobs.ALWAYS_ON_JOB_KEY)
+    model = Job.from_dict(found["job"])
+    assert model.continuous is not None and model.schedule is None
+    clusters = {c["job_cluster_key"]: c["new_cluster"] for c in found["job"]["job_clusters"]}
+    alerts_task = next(t for t in found["job"]["tasks"] if t["task_key"] == "alerts")
+    realtime = clusters[alerts_task["job_cluster_key"]]
+    # Databricks' "Set up real-time mode": classic compute, dedicated access mode, fixed size, no Photon, no spot
+    assert realtime["data_security_mode"] == "SINGLE_USER" and "autoscale" not in realtime
+    assert realtime["runtime_engine"] == "STANDARD" and realtime["aws_attributes"]["availability"] == "ON_DEMAND"
+    assert realtime["spark_conf"]["spark.databricks.streaming.realTimeMode.enabled"] == "true"
+    assert alerts_task["python_wheel_task"]["named_parameters"]["alerts_trigger"] == "${var.alerts_trigger}"
+    assert ROOT_YAML["variables"]["alerts_trigger"]["default"] == "realtime"
+    assert all(c.get("data_security_mode") for c in clusters.values()), "an access mode on every cluster"
+    assert all(t["libraries"] == [{"whl": "../dist/*.whl"}] for t in found["job"]["tasks"])
+    assert ROOT_YAML["artifacts"]["sensorcep_wheel"]["type"] == "whl"
+
+
+def test_pipeline_job_is_scheduled_and_dev_pauses_schedule_and_always_on_job():
+    _, job = _job_yaml()
+    assert Job.from_dict(job).schedule.quartz_cron_expression
+    assert job["schedule"]["pause_status"] == "${var.pipeline_schedule_pause_status}"
+    dev = ROOT_YAML["targets"]["dev"]["variables"]
+    assert dev["pipeline_schedule_pause_status"] == dev["streaming_pause_status"] == "PAUSED"
+    assert ROOT_YAML["variables"]["streaming_pause_status"]["default"] == "UNPAUSED"
+
+
 def test_databricks_yml_has_dev_default_and_prod_targets():
     assert ROOT_YAML["include"] == ["bundles/*.yml"]
     assert ROOT_YAML["targets"]["dev"]["mode"] == "development" and ROOT_YAML["targets"]["dev"]["default"] is True
     assert ROOT_YAML["targets"]["prod"]["mode"] == "production"
 
 
-def test_every_variable_used_is_declared_and_is_a_setting():
-    path, job = _job_yaml()
-    used = set(jobs.VAR.findall(path.read_text()))
+def test_every_variable_used_is_declared_and_a_setting_or_a_deployment_knob():
+    used = {name for path in (PROJECT_ROOT / "bundles").glob("*.yml") for name in jobs.VAR.findall(path.read_text())}
     declared = set(ROOT_YAML["variables"])
     assert used <= declared
-    assert used - {"node_type_id"} <= set(parameter_names())
+    deployment = {"node_type_id", "realtime_workers", "streaming_pause_status", "pipeline_schedule_pause_status",
+                  "streaming_trigger"}
+    assert used - deployment <= set(parameter_names())
 
 
 @pytest.mark.parametrize("task", jobs.tasks(), ids=lambda t: t.key)

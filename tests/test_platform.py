@@ -82,3 +82,22 @@ def test_missing_maven_is_one_clear_sentence(monkeypatch):
     monkeypatch.setattr(jars.shutil, "which", lambda name: None)
     with pytest.raises(jars.JarsError, match=r"^Apache Maven \(`mvn`\) was not found: install Maven 3\.8\+"):
         jars.fetch(quiet=True)
+
+
+def test_local_python_workers_run_below_the_jvm_priority(spark):
+    """The real-time alert query's JVM tasks must not wait behind the stateful processors' Python workers."""
+    import os
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType
+
+    niceness = F.udf(lambda _: os.nice(0), IntegerType())
+    seen = {row[0] for row in spark.range(4).select(niceness("id")).collect()}
+    assert seen == {os.nice(0) + 10}
+
+
+def test_local_session_has_task_slots_beyond_the_cores_for_real_time_queries(spark):
+    import os
+
+    master = spark.conf.get("spark.master")
+    assert master == f"local[{(os.cpu_count() or 2) + 4}]"

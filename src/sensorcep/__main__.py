@@ -74,7 +74,10 @@ def cmd_run(args) -> None:
     job = args.job or JOB_KEY
     try:
         if job == ALWAYS_ON_JOB_KEY:
+            from .runtime import get_spark
+
             run_always_on(job, _params(args.param), minutes=args.minutes, every_s=args.every)
+            get_spark().stop()  # before the interpreter exits: the progress listener must not outlive Python
             return
         out = run(args.task, _params(args.param), job_key=job)
     except JobError as exc:

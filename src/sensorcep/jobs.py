@@ -155,7 +155,7 @@ def run_always_on(job_key: str = ALWAYS_ON_JOB_KEY, params: dict[str, str] | Non
     """
     from . import always_on
     from .runtime import get_spark
-    from .settings import Settings
+    from .settings import Settings, is_realtime, parse_trigger
 
     spark = spark or get_spark()
     queries, triggers = [], {}
@@ -185,7 +185,12 @@ def run_always_on(job_key: str = ALWAYS_ON_JOB_KEY, params: dict[str, str] | Non
                 from .monitoring import progress_line
 
                 for query in queries:
-                    out(f"{stamp} {triggers[query.name]:<20} {progress_line(query)}")
+                    trigger = triggers[query.name]
+                    line = progress_line(query)
+                    if query.isActive and query.lastProgress is None and is_realtime(trigger):
+                        line = (f"{query.name:<16} real-time: records processed as they arrive; progress is "
+                                f"reported at each checkpoint ({parse_trigger(trigger)['realTime']})")
+                    out(f"{stamp} {trigger:<20} {line}")
                 next_line = time.monotonic() + every_s
             time.sleep(0.2)  # the loop's tick (Ctrl-C lands here)
     except KeyboardInterrupt:
