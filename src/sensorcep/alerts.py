@@ -121,23 +121,58 @@ def run_alert_path(spark: SparkSession, settings: Settings):
     return start_alerts(spark, settings), start_anomalies(spark, settings)
 
 
-def run_side_by_side(spark: SparkSession, settings: Settings):
-    """The alert query (pool ``alerts``) and the sampling query (pool ``sampling``) in one application.
+#: checkpoint interval of a real-time alert query in a bounded run (the shortest real-time mode accepts)
+BOUNDED_REALTIME_INTERVAL = "5 seconds"
 
-    Both are started before either is waited for, so they share the cores by FAIR pool weight
-    (``scheduler_pools``). With availableNow both run to the end of the topic. A real-time alert query runs
-    beside the sampling query and is stopped once it has caught up with the events topic as it was when the
-    sampling query finished; with interval triggers both keep running and are returned running.
+
+def start_side_by_side(spark: SparkSession, settings: Settings):
+    """Start the alert query (pool ``alerts``, ``alerts_trigger``) and the sampling query (pool ``sampling``) in one
+    application, neither waited for: they share the cores by FAIR pool weight (``scheduler_pools``).
+
+    In a bounded run (``trigger`` availableNow) a real-time alert query checkpoints every
+    :data:`BOUNDED_REALTIME_INTERVAL`: it reports progress only at checkpoints, and :func:`finish_side_by_side`
+    stops it as soon as a report shows it has caught up (not after the 5-minute default interval).
     """
     from . import sampling
     from .settings import is_realtime
+
+    alert_settings = settings
+    if is_realtime(settings.alerts_trigger) and settings.trigger == "availableNow":
+        alert_settings = settings.replace(alerts_trigger=f"realtime:{BOUNDED_REALTIME_INTERVAL}")
+    return start_alerts(spark, alert_settings, wait=False), sampling.start_sampling(spark, settings, wait=False)
+
+
+def finish_side_by_side(alerts_query, sampling_query, settings: Settings):
+    """Wait for what :func:`start_side_by_side` started, as its triggers say.
+
+    availableNow queries run to the end of their sources. A real-time alert query (which never ends by itself) is
+    stopped once it has read as far as the availableNow sampling query did. Queries with interval triggers keep
+    running and are returned running.
+    """
+    from .settings import is_realtime
     from .streaming import finish, source_end_offsets, stop_when_caught_up
 
-    alerts_query = start_alerts(spark, settings, wait=False)
-    sampling_query = finish(sampling.start_sampling(spark, settings, wait=False), settings)
+    sampling_query = finish(sampling_query, settings)
     if is_realtime(settings.alerts_trigger) and settings.trigger == "availableNow":
         stop_when_caught_up(alerts_query, source_end_offsets(sampling_query))
     return finish(alerts_query, settings, settings.alerts_trigger), sampling_query
+
+
+def run_side_by_side(spark: SparkSession, settings: Settings):
+    """:func:`start_side_by_side`, then :func:`finish_side_by_side`."""
+    return finish_side_by_side(*start_side_by_side(spark, settings), settings)
+
+
+def alert_latency(spark: SparkSession, settings: Settings, since=None):
+    """``anomalies`` rows detected since ``since`` (all if None) with ``latency_s`` = detected_at - kafka_timestamp:
+    from the event reaching Kafka to its alert reaching Kafka. Over a backlog that is the catch-up time; over live
+    traffic, the alert path's end-to-end latency."""
+    rows = delta.read_table(spark, settings.table_path("anomalies")).select("alert_id", "kafka_timestamp", "detected_at")
+    if since is not None:
+        rows = rows.where(F.col("detected_at") >= F.lit(since))
+    frame = rows.toPandas()
+    frame["latency_s"] = (frame.detected_at - frame.kafka_timestamp).dt.total_seconds()
+    return frame
 
 
 # ------------------------------------------------------------------------------ escalation
