@@ -1,7 +1,8 @@
-"""The bundle is the single source of truth for the job: validated offline, paths and widgets checked.
+"""The bundle is the single source of truth for the jobs: validated offline, paths and widgets checked.
 
-A real `databricks bundle validate` needs a workspace login; the typed models of
-`databricks-bundles` stand in for it here (they reject unknown fields).
+A real `databricks bundle validate` needs a workspace login; the typed models of `databricks-bundles` stand in
+for it here (they reject unknown fields), and :func:`resolved` merges a target and substitutes its variables the
+way `bundle deploy` does, for the points that can be checked without a workspace.
 """
 import ast
 import json
@@ -17,9 +18,48 @@ from sensorcep.settings import PROJECT_ROOT, parameter_names
 ROOT_YAML = yaml.safe_load((PROJECT_ROOT / "databricks.yml").read_text())
 
 
+JOB_KEYS = [jobs.JOB_KEY, jobs.ALWAYS_ON_JOB_KEY, jobs.TUNING_JOB_KEY]
+BUNDLE_DOCS = [yaml.safe_load(p.read_text()) for p in sorted((PROJECT_ROOT / "bundles").glob("*.yml"))]
+
+
 def _job_yaml():
     found = jobs.load_job()
     return found["path"], found["job"]
+
+
+def _merge(base, override):
+    """Target overrides merged into resources the way the CLI does: mappings by key, job clusters by their key."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        out = dict(base)
+        for key, value in override.items():
+            out[key] = _merge(base[key], value) if key in base else value
+        return out
+    if isinstance(base, list) and isinstance(override, list) and all(isinstance(i, dict) and "job_cluster_key" in i
+                                                                     for i in base + override):
+        by_key = {i["job_cluster_key"]: i for i in base}
+        for item in override:
+            by_key[item["job_cluster_key"]] = _merge(by_key.get(item["job_cluster_key"], {}), item)
+        return list(by_key.values())
+    return override
+
+
+def resolved(target: str) -> dict:
+    """The bundle for ``target``: resources of every file merged with the target's, ``${var.*}`` substituted with
+    the target's variable values (``${resources.*}`` / ``${workspace.*}`` references are left for the workspace)."""
+    resources: dict = {}
+    for doc in BUNDLE_DOCS:
+        resources = _merge(resources, doc.get("resources", {}))
+    spec = ROOT_YAML["targets"][target]
+    resources = _merge(resources, spec.get("resources", {}))
+    variables = {name: v.get("default") for name, v in ROOT_YAML["variables"].items()}
+    variables.update(spec.get("variables", {}))
+    text = jobs.VAR.sub(lambda m: str(variables[m.group(1)]), json.dumps(resources))
+    assert "${var." not in text
+    return {**spec, "resources": json.loads(text)}
+
+
+def _widgets_of_task(task) -> set[str]:
+    return _widgets_read(task.notebook) if task.notebook is not None else set()
 
 
 def _widgets_read(notebook) -> set[str]:
@@ -50,7 +90,8 @@ def test_always_on_job_parses_and_runs_continuously_with_a_real_time_mode_cluste
     assert realtime["data_security_mode"] == "SINGLE_USER" and "autoscale" not in realtime
     assert realtime["runtime_engine"] == "STANDARD" and realtime["aws_attributes"]["availability"] == "ON_DEMAND"
     assert realtime["spark_conf"]["spark.databricks.streaming.realTimeMode.enabled"] == "true"
-    assert alerts_task["python_wheel_task"]["named_parameters"]["alerts_trigger"] == "${var.alerts_trigger}"
+    assert alerts_task["python_wheel_task"]["named_parameters"] == {"task": "alerts"}
+    assert {"name": "alerts_trigger", "default": "${var.alerts_trigger}"} in found["job"]["parameters"]
     assert ROOT_YAML["variables"]["alerts_trigger"]["default"] == "realtime"
     assert all(c.get("data_security_mode") for c in clusters.values()), "an access mode on every cluster"
     assert all(t["libraries"] == [{"whl": "../dist/*.whl"}] for t in found["job"]["tasks"])
@@ -73,18 +114,35 @@ def test_databricks_yml_has_dev_default_and_prod_targets():
 
 
 def test_every_variable_used_is_declared_and_a_setting_or_a_deployment_knob():
-    used = {name for path in (PROJECT_ROOT / "bundles").glob("*.yml") for name in jobs.VAR.findall(path.read_text())}
+    texts = [(PROJECT_ROOT / "databricks.yml").read_text()] + [
+        p.read_text() for p in (PROJECT_ROOT / "bundles").glob("*.yml")]
+    used = {name for text in texts for name in jobs.VAR.findall(text)}
     declared = set(ROOT_YAML["variables"])
     assert used <= declared
     deployment = {"node_type_id", "realtime_workers", "streaming_pause_status", "pipeline_schedule_pause_status",
-                  "streaming_trigger"}
+                  "streaming_trigger", "catalog", "schema", "notification_email", "service_principal_id",
+                  "scheduler_allocation_file"}
     assert used - deployment <= set(parameter_names())
 
 
-@pytest.mark.parametrize("task", jobs.tasks(), ids=lambda t: t.key)
-def test_task_notebook_exists_and_reads_every_base_parameter(task):
+@pytest.mark.parametrize("task", jobs.tasks() + jobs.tasks(jobs.TUNING_JOB_KEY), ids=lambda t: t.key)
+def test_every_widget_a_task_notebook_reads_is_a_parameter_of_its_job(task):
     assert task.notebook.exists(), task.notebook
-    assert set(task.parameters) <= _widgets_read(task.notebook)
+    assert _widgets_read(task.notebook) <= set(task.parameters)
+
+
+@pytest.mark.parametrize("job_key", JOB_KEYS)
+def test_every_job_parameter_is_declared_once_and_read_by_a_task(job_key):
+    job = jobs.load_job(job_key)["job"]
+    names = [p["name"] for p in job["parameters"]]
+    assert len(names) == len(set(names)) and set(names) <= set(parameter_names())
+    tasks = jobs.tasks(job_key)
+    read = set().union(*(_widgets_of_task(t) for t in tasks)) if tasks[0].notebook else set(parameter_names())
+    assert set(names) <= read
+    for task in job["tasks"]:  # no task repeats a job parameter
+        own = (task.get("notebook_task") or {}).get("base_parameters") or task.get("python_wheel_task", {}).get(
+            "named_parameters") or {}
+        assert not set(own) & set(names), task["task_key"]
 
 
 def test_tasks_run_in_dependency_order_with_local_values(monkeypatch):
@@ -96,6 +154,15 @@ def test_tasks_run_in_dependency_order_with_local_values(monkeypatch):
         seen.add(task.key)
     assert ordered[0].parameters["base_path"] == "/tmp/x"
     assert "${" not in json.dumps([t.parameters for t in ordered])
+
+
+def test_local_values_of_workspace_references_and_dynamic_values(monkeypatch):
+    monkeypatch.setenv("SENSORCEP_BASE_PATH", "/tmp/local-data")
+    by_key = {t.key: t for t in jobs.tasks()}
+    assert by_key["ingest"].parameters["base_path"] == "/tmp/local-data"  # the volume: a local folder instead
+    assert by_key["monitoring"].parameters["job_id"] == ""  # {{job.id}}: no job locally
+    with pytest.raises(jobs.JobError, match="names workspace resources"):
+        jobs.local_value("catalog_path", "${resources.volumes.x.name}", {}, {})
 
 
 def test_unknown_variable_is_a_clear_error():
@@ -126,3 +193,64 @@ def test_every_state_store_setting_in_the_bundle_is_a_real_key():
             assert key[len(tuning.ROCKSDB_PREFIX):] in tuning.ROCKSDB_OPTIONS, key
         if "asyncCheckpoint" in key:
             assert key == tuning.ASYNC_CHECKPOINT, key
+
+
+@pytest.mark.parametrize("target", ["dev", "prod"])
+def test_resolved_bundle_is_deployable_offline_checks(target):
+    bundle = resolved(target)
+    resources = bundle["resources"]
+    assert set(resources["jobs"]) == set(JOB_KEYS)
+    for key, job in resources["jobs"].items():
+        Job.from_dict(job)
+        for cluster in job["job_clusters"]:  # without an access mode a job cluster has no Unity Catalog
+            assert cluster["new_cluster"]["data_security_mode"] == "SINGLE_USER", (key, cluster["job_cluster_key"])
+        for task in job["tasks"]:  # the package reaches the executors' Python workers as an installed wheel
+            assert task["libraries"] == [{"whl": "../dist/*.whl"}], (key, task["task_key"])
+        assert job["email_notifications"]["on_failure"] == [ROOT_YAML["variables"]["notification_email"]["default"]]
+        base = next(p["default"] for p in job["parameters"] if p["name"] == "base_path")
+        assert base == "/Volumes/main/${resources.schemas.sensor_cep.name}/${resources.volumes.sensor_cep_data.name}"
+    schema = resources["schemas"]["sensor_cep"]
+    volume = resources["volumes"]["sensor_cep_data"]
+    assert (schema["catalog_name"], schema["name"]) == ("main", "sensor_cep")
+    assert volume["schema_name"] == "${resources.schemas.sensor_cep.name}" and volume["volume_type"] == "MANAGED"
+    pipeline = resources["jobs"][jobs.JOB_KEY]
+    assert {"name": "job_id", "default": "{{job.id}}"} in pipeline["parameters"]
+    assert "job_id" in _widgets_read(PROJECT_ROOT / "notebooks" / "05_monitoring.ipynb")
+    assert "state_tuning" not in {t["task_key"] for t in pipeline["tasks"]}, "tuning is a job of its own"
+    tuning_job = resources["jobs"][jobs.TUNING_JOB_KEY]
+    assert "schedule" not in tuning_job and "continuous" not in tuning_job
+    paused = "PAUSED" if target == "dev" else "UNPAUSED"
+    assert pipeline["schedule"]["pause_status"] == resources["jobs"][jobs.ALWAYS_ON_JOB_KEY]["continuous"][
+        "pause_status"] == paused
+    if target == "prod":
+        assert bundle["run_as"] == {"service_principal_name": ROOT_YAML["variables"]["service_principal_id"]["default"]}
+        assert bundle["git"]["branch"] == "main"
+
+
+def test_shipped_fair_pools_are_the_settings_pools():
+    import xml.etree.ElementTree as ET
+
+    from sensorcep.settings import Settings, parse_pools
+
+    root = ET.parse(PROJECT_ROOT / "conf" / "fairscheduler.xml").getroot()
+    shipped = {pool.get("name"): int(pool.findtext("weight")) for pool in root.iter("pool")}
+    assert shipped == parse_pools(Settings().scheduler_pools)
+    confs = [c["new_cluster"]["spark_conf"] for job in resolved("prod")["resources"]["jobs"].values()
+             for c in job["job_clusters"] if "spark.scheduler.mode" in c["new_cluster"]["spark_conf"]]
+    assert confs and all(c["spark.scheduler.allocation.file"].endswith("/conf/fairscheduler.xml") for c in confs)
+
+
+def test_the_bundle_artifact_builds_a_wheel_with_the_package_and_its_entry_point(tmp_path):
+    import subprocess
+    import sys
+    import zipfile
+
+    build = ROOT_YAML["artifacts"]["sensorcep_wheel"]["build"].split()
+    assert build[:4] == ["python3", "-m", "pip", "wheel"]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(tmp_path), str(PROJECT_ROOT)], check=True)
+    (wheel,) = tmp_path.glob("sensorcep-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "sensorcep/always_on.py" in names and "sensorcep/low_priority_daemon.py" in names
+    entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "sensorcep-stream = sensorcep.always_on:main" in entry_points

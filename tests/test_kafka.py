@@ -67,3 +67,42 @@ def test_batch_writer_round_trip(spark, settings):
     write_kafka(df, settings, settings.alerts_topic)
     got = read_kafka(spark, settings, settings.alerts_topic, stream=False).collect()
     assert sorted((r["key"], r["value"]) for r in got) == [(b"a", b"1"), (b"b", b"2")]
+
+
+def _delete_records_before(bootstrap, topic, partition, offset):
+    from confluent_kafka import TopicPartition
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, partition, offset)]).values():
+        future.result(30)
+
+
+def test_records_deleted_before_they_were_read_stop_the_query_unless_the_loss_is_accepted(spark, settings):
+    from sensorcep import ingest, monitoring
+    from sensorcep.streaming import DataLossError
+    from streams import delta_frame
+
+    bootstrap, topic = settings.kafka_bootstrap_servers, settings.events_topic
+    event = lambda i: json.dumps({"device_id": f"d{i}", "sensor_freq": 1.0,  # noqa: E731
+                                  "event_time": f"2026-01-05T00:{i // 60:02d}:{i % 60:02d}Z"}).encode()
+    create_topics(bootstrap, {topic: 1})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(100):
+        producer.produce(topic, value=event(i))
+    assert producer.flush(30) == 0
+    ingest.start_ingest(spark, settings)
+    for i in range(100, 150):
+        producer.produce(topic, value=event(i))
+    assert producer.flush(30) == 0
+    _delete_records_before(bootstrap, topic, 0, 120)  # records 100-119: gone before ingest read them
+
+    with pytest.raises(DataLossError, match=r"query ingest: Kafka records were deleted before it read them.*"
+                                            r"accept_data_loss=true"):
+        ingest.start_ingest(spark, settings)
+    assert len(delta_frame(settings.table_path("bronze_events"))) == 100, "nothing skipped silently"
+
+    ingest.start_ingest(spark, settings.replace(accept_data_loss=True))
+    bronze = delta_frame(settings.table_path("bronze_events"))
+    assert sorted(bronze.offset) == list(range(100)) + list(range(120, 150))
+    progress = monitoring.read_progress(spark, settings)
+    assert progress[progress.query_name == "ingest"].kafka_records_skipped.max() == 20

@@ -25,7 +25,7 @@ def test_one_row_per_configuration_with_metrics(results):
     assert list(zip(table["query"], table["preset"])) == [("sampling", "rocksdb_changelog"), ("window_counts", "hdfs")]
     assert (table["batches"] == 3).all() and (table["input_rows"] == 3_000).all()
     for column in ("events_per_s", "batch_p50_ms", "batch_p95_ms", "commit_p50_ms", "commit_p95_ms",
-                   "state_rows_max", "heap_peak_mb", "output_rows"):
+                   "state_rows_max", "state_memory_mb_max", "output_rows"):
         assert (table[column] > 0).all(), column
     rocksdb, hdfs = (json.loads(m) for m in table["rocksdb_metrics"])
     assert "rocksdbCommitCheckpointLatency" in rocksdb and hdfs == {}

@@ -1,7 +1,7 @@
 """``recent_runs`` against a local HTTP server that stands in for a Databricks workspace.
 
-A real workspace cannot run here, so a ``ThreadingHTTPServer`` on 127.0.0.1 answers exactly the two
-Jobs API GET calls databricks-sdk 0.70 makes (``/api/2.2/jobs/list``, ``/api/2.2/jobs/runs/list``)
+A real workspace cannot run here, so a ``ThreadingHTTPServer`` on 127.0.0.1 answers the Jobs API GET
+call databricks-sdk 0.70 makes (``/api/2.2/jobs/runs/list``)
 with canned JSON, answers anything else with a 404, and records every request so the tests can check
 what the SDK asked for and with which token.
 """
@@ -53,15 +53,13 @@ class FakeJobsApi(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         self.server.requests.append((url.path, query, self.headers.get("Authorization")))
-        if url.path == "/api/2.2/jobs/list":
-            found = query.get("name", [""])[0].lower() == "sensor-cep pipeline"
-            jobs = [{"job_id": JOB_ID, "created_time": T - 86_400_000, "settings": {"name": "sensor-cep pipeline"}}]
-            self._answer(200, {"jobs": jobs, "has_more": False} if found else {"has_more": False})
-        elif url.path == "/api/2.2/jobs/runs/list" and query.get("job_id") == [str(JOB_ID)]:
+        if url.path == "/api/2.2/jobs/runs/list" and query.get("job_id") == [str(JOB_ID)]:
             if query.get("page_token") == ["page-2"]:
                 self._answer(200, {"runs": [OLDER_RUN], "has_more": False})
             else:
                 self._answer(200, {"runs": [NEWER_RUN], "has_more": True, "next_page_token": "page-2"})
+        elif url.path == "/api/2.2/jobs/runs/list":
+            self._answer(404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": f"Job {query['job_id'][0]} does not exist."})
         else:
             self._answer(404, {"error_code": "ENDPOINT_NOT_FOUND", "message": f"no fake for {url.path}"})
 
@@ -110,7 +108,7 @@ def records(frame: pd.DataFrame) -> list[dict]:
 
 def test_recent_runs_one_row_per_task_run(workspace):
     client, server = workspace
-    runs = recent_runs(client)
+    runs = recent_runs(client, str(JOB_ID))  # as the job_id parameter arrives: text
 
     common = {"job_id": JOB_ID, "run_name": "sensor-cep pipeline", "run_state": "TERMINATED"}
     newer = {**common, "run_id": 902, "run_start": utc(T + 3_600_000), "run_result": "FAILED"}
@@ -132,8 +130,7 @@ def test_recent_runs_one_row_per_task_run(workspace):
     assert str(runs.run_start.dtype) == str(runs.task_start.dtype) == "datetime64[ns, UTC]"
     assert runs.run_start.iloc[0] == pd.Timestamp("2026-01-05 13:00:00", tz="UTC")
 
-    assert [(path, query) for path, query, _ in server.requests] == [
-        ("/api/2.2/jobs/list", {"name": ["sensor-cep pipeline"]}),
+    assert [(path, query) for path, query, _ in server.requests] == [  # by id: no lookup by (renamed) name
         ("/api/2.2/jobs/runs/list", {"job_id": ["123"], "limit": ["10"], "expand_tasks": ["true"]}),
         ("/api/2.2/jobs/runs/list", {"job_id": ["123"], "limit": ["10"], "expand_tasks": ["true"],
                                      "page_token": ["page-2"]}),
@@ -143,21 +140,22 @@ def test_recent_runs_one_row_per_task_run(workspace):
 
 def test_limit_stops_paging(workspace):
     client, server = workspace
-    runs = recent_runs(client, limit=1)
+    runs = recent_runs(client, JOB_ID, limit=1)
     assert runs.run_id.tolist() == [902, 902, 902]
     assert runs.task_key.tolist() == ["ingest", "sampling_state", "anomaly_alerts"]
     runs_calls = [query for path, query, _ in server.requests if path == "/api/2.2/jobs/runs/list"]
     assert runs_calls == [{"job_id": ["123"], "limit": ["1"], "expand_tasks": ["true"]}]  # no second page
     with pytest.raises(ValueError, match="limit"):
-        recent_runs(client, limit=0)
+        recent_runs(client, JOB_ID, limit=0)
 
 
 def test_unknown_job_raises_lookup_error_naming_it(workspace):
     client, server = workspace
-    with pytest.raises(LookupError, match=r"'\[dev ann\] sensor-cep pipeline'"):
-        recent_runs(client, job_name="[dev ann] sensor-cep pipeline")
-    assert [(path, query) for path, query, _ in server.requests] == [
-        ("/api/2.2/jobs/list", {"name": ["[dev ann] sensor-cep pipeline"]})]
+    with pytest.raises(LookupError, match=r"no job 999 in this workspace"):
+        recent_runs(client, 999)
+    assert [(path, query["job_id"]) for path, query, _ in server.requests] == [("/api/2.2/jobs/runs/list", ["999"])]
+    with pytest.raises(ValueError, match=r"job_id must be a job's numeric id"):
+        recent_runs(client, "")  # a local run: no job id
 
 
 def test_task_duration_plot_draws_one_bar_per_finished_task(workspace):
@@ -167,7 +165,7 @@ def test_task_duration_plot_draws_one_bar_per_finished_task(workspace):
     import matplotlib.pyplot as plt
 
     client, _ = workspace
-    fig = task_duration_plot(recent_runs(client))
+    fig = task_duration_plot(recent_runs(client, JOB_ID))
     try:
         bars = fig.axes[0].patches
         assert len(bars) == 5  # the skipped task has no duration
@@ -175,3 +173,20 @@ def test_task_duration_plot_draws_one_bar_per_finished_task(workspace):
         assert [(bar.get_x(), bar.get_width()) for bar in red] == [(100.0, 45.5)]
     finally:
         plt.close(fig)
+
+
+def test_runs_report_lists_the_job_passed_by_id_and_says_why_when_it_cannot(workspace, monkeypatch, tmp_path, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from sensorcep.settings import Settings
+    from sensorcep.workspace_runs import runs_report
+
+    monkeypatch.setenv("SENSORCEP_RUN_DIR", str(tmp_path))
+    client, _ = workspace
+    assert runs_report(Settings()).empty  # locally, no client: nothing asked
+    assert "local run" in capsys.readouterr().out
+    assert runs_report(Settings(), client).empty  # no job_id parameter
+    assert "no job_id parameter" in capsys.readouterr().out
+    runs = runs_report(Settings(job_id=str(JOB_ID)), client)
+    assert set(runs.run_id) == {901, 902} and (tmp_path / "job_task_durations.png").exists()

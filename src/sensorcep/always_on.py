@@ -81,7 +81,9 @@ def await_queries(spark: SparkSession, queries: list[StreamingQuery]) -> None:
                 for other in queries:
                     if other.isActive:
                         other.stop()
-                raise query.exception()
+                from .streaming import explain_failure
+
+                raise explain_failure(query, query.exception())
 
 
 def parse_arguments(argv: list[str] | None = None) -> tuple[str, dict[str, str]]:

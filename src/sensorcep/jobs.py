@@ -1,7 +1,11 @@
 """The local job runner: executes the bundle's jobs like Databricks would.
 
-``bundles/*.yml`` is the single source of truth. ``${var.x}`` resolves to the local default of setting ``x``
-(else the variable's default in ``databricks.yml``) unless given with ``--param x=value``.
+``bundles/*.yml`` is the single source of truth. Every task receives its job's job-level ``parameters`` (as
+Databricks pushes them down to notebook widgets and wheel tasks' named parameters), plus its own. Locally
+``${var.x}`` resolves to the local default of setting ``x`` (else the variable's default in ``databricks.yml``);
+a value that names workspace resources (``${resources...}``, ``${workspace...}``, e.g. the volume behind
+``base_path``) takes the local default of the setting the parameter is named after; ``{{job.id}}``-style
+dynamic values are empty; ``--param x=value`` overrides any of them.
 
 * the pipeline job (notebook tasks, availableNow): tasks run in ``depends_on`` order with their
   ``base_parameters``; each executed notebook is saved with its outputs under ``runs/<stamp>/``;
@@ -28,6 +32,9 @@ from .settings import PROJECT_ROOT, defaults
 BUNDLE_DIR = PROJECT_ROOT / "bundles"
 JOB_KEY = "sensor_cep_pipeline"
 ALWAYS_ON_JOB_KEY = "sensor_cep_streaming"
+TUNING_JOB_KEY = "sensor_cep_tuning"
+WORKSPACE_ONLY = re.compile(r"\$\{(resources|workspace)\.[^}]*\}")
+DYNAMIC_VALUE = re.compile(r"\{\{[^}]*\}\}")
 VAR = re.compile(r"\$\{var\.([a-zA-Z0-9_]+)\}")
 
 
@@ -69,10 +76,31 @@ def resolve(value: str, variables: dict[str, str]) -> str:
     return VAR.sub(sub, str(value))
 
 
+def local_value(name: str, value: str, variables: dict[str, str], setting_defaults: dict[str, str]) -> str:
+    """A parameter's value for a local run (see the module docstring)."""
+    text = str(value)
+    if DYNAMIC_VALUE.search(text):
+        return ""
+    if WORKSPACE_ONLY.search(text):
+        if name not in setting_defaults:
+            raise JobError(f"parameter {name!r} = {text!r} names workspace resources and is not a setting: "
+                           f"it has no local value")
+        return setting_defaults[name]
+    return resolve(text, variables)
+
+
+def job_parameters(job: dict, variables: dict[str, str], setting_defaults: dict[str, str]) -> dict[str, str]:
+    """The job-level ``parameters`` with their local values."""
+    return {p["name"]: local_value(p["name"], p.get("default", ""), variables, setting_defaults)
+            for p in job.get("parameters") or []}
+
+
 def tasks(job_key: str = JOB_KEY, params: dict[str, str] | None = None, bundle_dir: Path = BUNDLE_DIR) -> list[Task]:
     """The job's tasks in dependency order, parameters resolved for a local run."""
     found = load_job(job_key, bundle_dir)
-    variables = {**bundle_variables(bundle_dir.parent), **defaults(), **(params or {})}
+    setting_defaults = defaults()
+    variables = {**bundle_variables(bundle_dir.parent), **setting_defaults, **(params or {})}
+    shared = job_parameters(found["job"], variables, setting_defaults)
     by_key = {}
     for t in found["job"].get("tasks", []):
         nb, wheel = t.get("notebook_task"), t.get("python_wheel_task")
@@ -86,7 +114,7 @@ def tasks(job_key: str = JOB_KEY, params: dict[str, str] | None = None, bundle_d
             path, raw, entry_point = None, wheel.get("named_parameters") or {}, wheel["entry_point"]
         else:
             raise JobError(f"task {t['task_key']!r} is neither a notebook nor a python wheel task")
-        base = {k: resolve(v, variables) for k, v in raw.items()}
+        base = {**shared, **{k: local_value(k, v, variables, setting_defaults) for k, v in raw.items()}}
         base.update({k: v for k, v in (params or {}).items() if k in base and k != "task"})
         by_key[t["task_key"]] = Task(t["task_key"], path, base, depends_on, entry_point)
     order = TopologicalSorter({k: t.depends_on for k, t in by_key.items()}).static_order()
@@ -175,7 +203,9 @@ def run_always_on(job_key: str = ALWAYS_ON_JOB_KEY, params: dict[str, str] | Non
         while True:
             failed = [q for q in queries if not q.isActive and q.exception() is not None]
             if failed:
-                raise JobError(f"query {failed[0].name} failed: {failed[0].exception()}")
+                from .streaming import explain_failure
+
+                raise JobError(f"query {failed[0].name} failed: {explain_failure(failed[0], failed[0].exception())}")
             if until is not None and until(queries):
                 break
             if deadline is not None and time.monotonic() >= deadline:

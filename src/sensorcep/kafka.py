@@ -38,14 +38,18 @@ def read_kafka(spark: SparkSession, settings: Settings, topics: list[str] | str,
     """Kafka records with Spark's Kafka columns (key, value, topic, partition, offset, timestamp, ...).
 
     Streams read at most ``max_offsets_per_trigger`` records per micro-batch (0 = no limit; availableNow
-    honours it too; a ``realtime`` reader has no batches to size, and real-time mode refuses the option). Records lost before they were read (retention, a re-created topic) fail the query,
-    Spark's default: nothing is skipped silently.
+    honours it too; a ``realtime`` reader has no batches to size, and real-time mode refuses the option).
+
+    Records lost before they were read (retention, a re-created topic) fail the query (Spark's ``failOnDataLoss``;
+    :func:`streaming.explain_failure` says what was lost and how to go on) unless ``accept_data_loss`` is set: then
+    the query goes on from the earliest records left, and ``stream_progress.kafka_records_skipped`` counts them.
     """
     topics = topics if isinstance(topics, str) else ",".join(topics)
     options = {
         "kafka.bootstrap.servers": settings.kafka_bootstrap_servers,
         "subscribe": topics,
         "startingOffsets": starting_offsets,
+        "failOnDataLoss": "false" if settings.accept_data_loss else "true",
         **security_options(settings),
     }
     if stream and settings.max_offsets_per_trigger and not realtime:

@@ -61,9 +61,13 @@ class Settings:
         "doc": "the alert query's trigger: realtime[:<checkpoint interval>], an interval, or availableNow"})
     tuning_preset: str = "quick"
     kafka_secret_scope: str = ""
+    accept_data_loss: bool = field(default=False, metadata={
+        "doc": "true: a query whose Kafka records were deleted before it read them goes on from the earliest records "
+               "left (stream_progress counts the skipped ones); false: it stops with an error saying what was lost"})
     scheduler_pools: str = "sampling:1,alerts:2"
     query_suffix: str = field(default="", metadata={"doc": "appended to query/checkpoint names"})
     extra_fields: str = field(default="", metadata={"doc": "optional event fields kept in bronze (comma list)"})
+    job_id: str = field(default="", metadata={"doc": "the deployed pipeline job's id ({{job.id}}): 05 lists its runs"})
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -141,6 +145,15 @@ def _coerce(name: str, type_name, value):
             return int(str(value).strip() or 0)
         except ValueError:
             raise SettingsError(f"{name} must be an integer, not {value!r}") from None
+    if type_name == "bool":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("true", "1", "yes"):
+            return True
+        if text in ("false", "0", "no", ""):
+            return False
+        raise SettingsError(f"{name} must be true or false, not {value!r}")
     if type_name == "float":
         try:
             return float(value)

@@ -68,11 +68,34 @@ def finish(query: StreamingQuery, settings: Settings, trigger: str | None = None
         return query
     query.awaitTermination(timeout_s)
     if query.exception() is not None:
-        raise query.exception()
+        raise explain_failure(query, query.exception())
     from .monitoring import flush_progress
 
     flush_progress(SparkSession.active(), settings, query)
     return query
+
+
+class DataLossError(RuntimeError):
+    """Kafka records were deleted before a query read them; the query stopped instead of skipping them."""
+
+
+#: how Spark's Kafka source says records it had to read are gone (error class, message, the option it names)
+DATA_LOSS_MARKERS = ("KAFKA_DATA_LOSS", "Some data may have been lost", "failOnDataLoss")
+
+
+def explain_failure(query: StreamingQuery, error: BaseException) -> BaseException:
+    """A query's failure, as the error to raise: Kafka data loss becomes a :class:`DataLossError` that says what
+    was lost and the two ways on; anything else is returned unchanged."""
+    text = str(error)
+    if not any(marker in text for marker in DATA_LOSS_MARKERS):
+        return error
+    said = next((line.strip() for line in text.splitlines() if "offset" in line.lower()), text.splitlines()[0])
+    return DataLossError(
+        f"query {query.name}: Kafka records were deleted before it read them (retention ran out, or the topic was "
+        f"deleted and re-created), so it stopped rather than skip them silently. Spark: {said[:400]} "
+        f"To go on from the earliest records still in Kafka, skipping the lost ones knowingly, run it once with "
+        f"accept_data_loss=true (stream_progress.kafka_records_skipped counts them); to keep everything, restore the "
+        f"records first.")
 
 
 def writer_id(settings: Settings, query: str, sink: str = "") -> str:

@@ -11,7 +11,8 @@ stateful queries:
 Every configuration reads the same pre-generated micro-batches (one Parquet file per trigger), starts
 from a clean checkpoint in the same Spark application (the settings tested are all session settings read
 when a query starts) and reports throughput, batch time, state commit time (``commitTimeMs``), state
-rows/memory, RocksDB's custom metrics and the JVM heap peak. :func:`recommend` reads the table.
+rows and memory and RocksDB's custom metrics, all reported by the state stores on the executors (where state
+lives; a driver-side heap reading would say nothing about them). :func:`recommend` reads the table.
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ import difflib
 import json
 import os
 import shutil
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -235,37 +235,6 @@ def _query(name: str, events, settings: Settings):
                  F.max("sensor_freq").alias("max_freq")))
 
 
-class _HeapSampler:
-    """Peak JVM heap used, sampled every 0.25 s while a run lasts (None where py4j is unavailable)."""
-
-    def __init__(self, spark):
-        try:
-            self._jvm = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
-        except Exception:  # Spark Connect / shared clusters: no driver JVM access
-            self._jvm = None
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        while not self._stop.wait(0.25):
-            self.peak = max(self.peak, self._jvm.totalMemory() - self._jvm.freeMemory())
-
-    def __enter__(self):
-        if self._jvm is not None:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        if self._jvm is not None:
-            self._thread.join()
-
-    @property
-    def peak_mb(self) -> float | None:
-        return self.peak / 2**20 if self._jvm is not None else None
-
-
 def run_configuration(spark, query: str, preset: Preset, source: str, work: str, settings: Settings) -> dict:
     """Run ``query`` over the batch files in ``source`` under ``preset``; one tidy result row."""
     validate_conf(spark, preset.conf)
@@ -281,21 +250,20 @@ def run_configuration(spark, query: str, preset: Preset, source: str, work: str,
         events = (spark.readStream.schema("device_id string, sensor_freq double, event_time timestamp")
                   .option("maxFilesPerTrigger", 1).parquet(source))
         started = time.perf_counter()
-        with _HeapSampler(spark) as heap:
-            running = (_query(query, events, settings).writeStream.foreachBatch(count).outputMode("append")
-                       .option("checkpointLocation", f"{work}/ckpt-{query}-{preset.name}")
-                       .trigger(**parse_trigger(preset.trigger)).start())
-            try:
-                running.processAllAvailable()
-            finally:
-                running.stop()
+        running = (_query(query, events, settings).writeStream.foreachBatch(count).outputMode("append")
+                   .option("checkpointLocation", f"{work}/ckpt-{query}-{preset.name}")
+                   .trigger(**parse_trigger(preset.trigger)).start())
+        try:
+            running.processAllAvailable()
+        finally:
+            running.stop()
         wall_s = time.perf_counter() - started
         progress = [json.loads(p.json) for p in running.recentProgress]
     finally:
         for key, value in previous.items():
             spark.conf.unset(key) if value is None else spark.conf.set(key, value)
     return {"query": query, "preset": preset.name, "store": preset.store, "trigger": preset.trigger,
-            "description": preset.description, **summarize(progress), "heap_peak_mb": heap.peak_mb,
+            "description": preset.description, **summarize(progress),
             "output_rows": output_rows["n"], "wall_s": round(wall_s, 1),
             "conf": json.dumps(dict(preset.conf), sort_keys=True)}
 
@@ -423,7 +391,7 @@ def print_progress_line(row: dict) -> None:
 
 
 NUMERIC = ("events_per_s", "batch_p50_ms", "batch_p95_ms", "batch_max_ms", "commit_p50_ms", "commit_p95_ms",
-           "state_memory_mb_max", "heap_peak_mb", "wall_s")
+           "state_memory_mb_max", "wall_s")
 
 
 def save_results(spark, table: pd.DataFrame, settings: Settings) -> str:

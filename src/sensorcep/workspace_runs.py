@@ -1,8 +1,8 @@
 """Recent runs of the bundle's job in a Databricks workspace, one row per task run (databricks-sdk).
 
-The job is the one ``bundles/sensor_cep_pipeline.yml`` deploys. In a ``mode: development`` target the
-bundle prefixes its name (``[dev <user>] sensor-cep pipeline``), so pass that name to look at a dev
-deployment. Credentials come from the environment or the notebook context, never from code.
+The job is named by its id: the pipeline job passes ``{{job.id}}`` as its ``job_id`` parameter, so a dev
+deployment (whose job development mode renames ``[dev <user>] ...``) shows its own runs, never prod's.
+Credentials come from the environment or the notebook context, never from code.
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from itertools import islice
 
 import pandas as pd
 
-JOB_NAME = "sensor-cep pipeline"
 #: the Jobs API accepts a runs page size of 1..24
 MAX_PAGE = 24
 RUN_COLUMNS = ["job_id", "run_id", "run_name", "run_start", "run_state", "run_result",
@@ -26,22 +25,21 @@ def workspace_client():
     return WorkspaceClient()
 
 
-def recent_runs(client, job_name: str = JOB_NAME, limit: int = 10) -> pd.DataFrame:
-    """The last ``limit`` runs of the job called ``job_name`` (newest first), one row per task run
-    with its start time (UTC), duration in seconds and result.
+def recent_runs(client, job_id: int | str, limit: int = 10) -> pd.DataFrame:
+    """The last ``limit`` runs of job ``job_id`` (newest first), one row per task run with its start time (UTC),
+    duration in seconds and result. Raises :class:`LookupError` when the workspace has no such job."""
+    from databricks.sdk.errors import NotFound
 
-    Job names are not unique: if several jobs carry the name, the most recently created one is used
-    (its id is in the ``job_id`` column). Raises :class:`LookupError` when there is none.
-    """
     if limit < 1:
         raise ValueError(f"limit must be at least 1, not {limit}")
-    jobs = list(client.jobs.list(name=job_name))
-    if not jobs:
-        raise LookupError(f"no job named {job_name!r} in this workspace (is the bundle deployed, "
-                          f"and under which name? development targets prefix it with '[dev <user>] ')")
-    job = max(jobs, key=lambda j: j.created_time or 0)
-    runs = client.jobs.list_runs(job_id=job.job_id, limit=min(limit, MAX_PAGE), expand_tasks=True)
-    rows = [_task_row(job.job_id, run, task) for run in islice(runs, limit) for task in (run.tasks or [None])]
+    if not str(job_id).strip().isdigit():
+        raise ValueError(f"job_id must be a job's numeric id, not {job_id!r} (the pipeline job passes {{{{job.id}}}})")
+    job_id = int(job_id)
+    try:
+        runs = client.jobs.list_runs(job_id=job_id, limit=min(limit, MAX_PAGE), expand_tasks=True)
+        rows = [_task_row(job_id, run, task) for run in islice(runs, limit) for task in (run.tasks or [None])]
+    except NotFound:
+        raise LookupError(f"no job {job_id} in this workspace (is the bundle deployed to it?)") from None
     frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
     for column in ("run_start", "task_start"):
         frame[column] = pd.to_datetime(frame[column], utc=True)
@@ -103,3 +101,21 @@ def task_duration_plot(runs: pd.DataFrame, title: str = "Task durations of recen
     ax.set(title=title, xlabel="seconds since the run started")
     fig.tight_layout()
     return fig
+
+
+def runs_report(settings, client=None, limit: int = 10) -> pd.DataFrame:
+    """05's last section: this job's recent runs and a task-duration plot (saved as PNG), or an empty frame and
+    one sentence saying why there is nothing to ask (a local run, or no ``job_id`` parameter)."""
+    from .monitoring import save_figure
+    from .runtime import is_databricks
+
+    if client is None and not is_databricks():
+        print("local run: no workspace to ask (tests check this part against a stand-in HTTP server)")
+        return pd.DataFrame(columns=RUN_COLUMNS)
+    if not str(settings.job_id).strip():
+        print("no job_id parameter (an interactive run, not the bundle job): nothing to list")
+        return pd.DataFrame(columns=RUN_COLUMNS)
+    runs = recent_runs(client or workspace_client(), settings.job_id, limit)
+    print("saved", save_figure(task_duration_plot(runs, f"Task durations of job {settings.job_id}'s recent runs"),
+                               "job_task_durations"))
+    return runs
