@@ -66,7 +66,10 @@ def finish(query: StreamingQuery, settings: Settings, trigger: str | None = None
     """Wait for an availableNow query to drain and stop; leave continuous queries running."""
     if (trigger or settings.trigger) != "availableNow":
         return query
-    query.awaitTermination(timeout_s)
+    try:
+        query.awaitTermination(timeout_s)
+    except Exception as error:  # the query's failure (StreamingQueryException)
+        raise explain_failure(query, error) from error
     if query.exception() is not None:
         raise explain_failure(query, query.exception())
     from .monitoring import flush_progress
