@@ -29,6 +29,7 @@ import numpy as np
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from sensorcep import alerts, broker, sampling
+from sensorcep.ingest import valid_event_stream
 from sensorcep.runtime import get_spark
 from sensorcep.settings import Settings, env_settings
 
@@ -108,7 +109,9 @@ def measure(spark, base: Settings, rate: int, trigger: str, seconds: float, warm
 def measure_on(spark, settings: Settings, rate: int, trigger: str, seconds: float, warmup: float,
                drain: float) -> dict:
     query = alerts.start_alerts(spark, settings, wait=False)
-    beside = sampling.start_sampling(spark, settings, wait=False) if settings.trigger != "availableNow" else None
+    beside = None
+    if settings.trigger != "availableNow":  # the sampling query on the same events (from Kafka: no ingest here)
+        beside = sampling.start_sampling(spark, settings, wait=False, events=valid_event_stream(spark, settings))
     processes = multiprocessing.get_context("spawn")
     expected_q, sent_q, received_q = processes.Queue(), processes.Queue(), processes.Queue()
     consumer = processes.Process(target=consume_alerts, args=(settings.kafka_bootstrap_servers, settings.alerts_topic,

@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/sampling.py                 # the full table (about 15-25 min on 2 cores)
     .venv/bin/python benchmarks/sampling.py --events 200000 --workloads dense --batches 10000
 
-Approaches, all on the same pre-generated micro-batches (one Parquet file per batch, read one file
-per trigger, so every approach sees exactly the same batches) and all writing to the ``noop`` sink:
+Approaches, all on the same pre-generated micro-batches (a Delta table, one commit per batch, read as a Delta
+stream one commit per trigger, as 02 reads bronze_events, so every approach sees exactly the same batches) and all writing to the ``noop`` sink:
 
 * ``chunked``    - sensorcep.sampling.WindowSampler: transformWithStateInPandas, one list element
                    (an Arrow chunk) appended per window and batch, an event-time timer per window;
@@ -53,15 +53,26 @@ SETTINGS = Settings()
 
 # ------------------------------------------------------------------------------ workload
 def write_workload(folder: Path, events: int, devices: int, rate: int, batch: int, seed: int = 5) -> list[int]:
-    """Parquet files of ``batch`` events each, in arrival order (the 04 tuning harness's generator)."""
+    """A Delta table, one commit of ``batch`` events per micro-batch, in arrival order (the 04 tuning harness's
+    generator): read as a Delta stream, as 02 reads bronze_events."""
     return tuning.write_workload(folder, tuning.Workload(events=events, devices=devices, rate=rate, batch=batch,
                                                          seed=seed))
+
+
+def batch_files(folder: Path) -> list[Path]:
+    """The workload table's data files in commit order (one per micro-batch)."""
+    paths = []
+    for log in sorted((folder / "_delta_log").glob("*.json")):
+        for line in log.read_text().splitlines():
+            if "add" in (action := json.loads(line)):
+                paths.append(folder / action["add"]["path"])
+    return paths
 
 
 def held_events(folder: Path) -> list[int]:
     """Events held in open windows at the start of each batch (each event counts once per window)."""
     held, marks, max_ms, pairs = [], 0, None, []
-    for path in sorted(folder.glob("*.parquet")):
+    for path in batch_files(folder):
         t = pd.read_parquet(path, columns=["event_time"]).event_time.astype("int64").to_numpy() // 1000
         ends = [(t - t % (SLIDE_S * 1000)) + SLIDE_S * 1000 * k for k in range(1, WINDOW_S // SLIDE_S + 1)]
         held.append(int(sum((e > marks).sum() for e in pairs)))
@@ -149,8 +160,7 @@ STORES = {"rocksdb": runtime.OSS_ROCKSDB_PROVIDER, "hdfs": runtime.HDFS_PROVIDER
 # ------------------------------------------------------------------------------ one run
 def run(spark, approach: str, store: str, source: Path, work: Path) -> dict:
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", STORES[store])
-    events = spark.readStream.schema("device_id string, sensor_freq double, event_time timestamp") \
-        .option("maxFilesPerTrigger", 1).parquet(str(source))
+    events = tuning.workload_stream(spark, str(source))
     output = APPROACHES[approach](events)
     digest = {"rows": 0, "hash": 0}
 

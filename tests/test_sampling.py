@@ -1,11 +1,13 @@
 """02 sampling: the pure rule, the streamed processor against the pandas oracle, restart, Kafka end to end."""
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from sensorcep import sampling, simulator
+from sensorcep import ingest, sampling, simulator
 from sensorcep.broker import create_topics
 from sensorcep.oracle import reference_samples
 from streams import T0, batch_stream, events, oracle_rows, sample_rows, write_batches
@@ -126,18 +128,22 @@ def test_property_any_batches_match_the_oracle(spark, settings, tmp_path_factory
 
 # ---------------------------------------------------------------------------- Kafka end to end
 @pytest.mark.integration
-def test_kafka_to_sensor_samples_twice_adds_nothing(spark, settings):
+def test_kafka_to_bronze_to_sensor_samples_parses_once_and_twice_adds_nothing(spark, settings):
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic])
     sim = simulator.generate(simulator.SimulationConfig(events=4_000, devices=30, seed=11, start=T0, rate=20))
     simulator.produce(sim, settings.kafka_bootstrap_servers, settings.events_topic)
-    sampling.start_sampling(spark, settings)
+    ingest.start_ingest(spark, settings)  # the one parse: Kafka -> bronze_events
+    query = sampling.start_sampling(spark, settings)  # the medallion: 02 reads bronze as a Delta stream
     first = sample_rows(settings)
     sampling.start_sampling(spark, settings)
     assert sample_rows(settings) == first
 
-    # the micro-batches are the topic's records 1,000 offsets at a time; bad records are not sampled
-    records = sim.records.reset_index(drop=True)
-    batches = [chunk[chunk.kind != "malformed"] for _, chunk in records.groupby(records.index // 1_000)]
-    batches = [b.assign(event_time_us=b.event_time.dt.tz_convert(None).astype("int64") // 1000) for b in batches]
-    assert first == oracle_rows(reference_samples(batches, 60, 30, 30))
+    sources = [s["description"] for p in query.recentProgress for s in json.loads(p.json)["sources"]]
+    assert sources and all(d.startswith("DeltaSource") and "bronze_events" in d for d in sources)
+    plan = sampling.sample_stream(ingest.bronze_event_stream(spark, settings), settings)._jdf.queryExecution()
+    assert "from_json" not in plan.toString() and "Kafka" not in plan.toString(), "no second parse, no Kafka"
+
+    # bronze (4 ingest batches) is read in one micro-batch; bad records were quarantined, duplicates dropped by 01
+    valid = sim.valid.assign(event_time_us=sim.valid.event_time.dt.tz_convert(None).astype("int64") // 1000)
+    assert first == oracle_rows(reference_samples([valid], 60, 30, 30))
     assert any("anomaly" in r[5] for r in first) and len({r[0] for r in first}) > 5

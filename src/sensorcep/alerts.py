@@ -146,15 +146,15 @@ def finish_side_by_side(alerts_query, sampling_query, settings: Settings):
     """Wait for what :func:`start_side_by_side` started, as its triggers say.
 
     availableNow queries run to the end of their sources. A real-time alert query (which never ends by itself) is
-    stopped once it has read as far as the availableNow sampling query did. Queries with interval triggers keep
-    running and are returned running.
+    stopped, once the sampling query is done, at its first progress report that shows it at the end of the events
+    topic. Queries with interval triggers keep running and are returned running.
     """
     from .settings import is_realtime
-    from .streaming import finish, source_end_offsets, stop_when_caught_up
+    from .streaming import finish, stop_when_caught_up
 
     sampling_query = finish(sampling_query, settings)
     if is_realtime(settings.alerts_trigger) and settings.trigger == "availableNow":
-        stop_when_caught_up(alerts_query, source_end_offsets(sampling_query))
+        stop_when_caught_up(alerts_query)
     return finish(alerts_query, settings, settings.alerts_trigger), sampling_query
 
 

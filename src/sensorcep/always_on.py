@@ -7,7 +7,8 @@ package's ``sensorcep-stream`` entry point with its parameters as ``--name=value
 (:mod:`sensorcep.jobs`).
 
 * ``ingest``: Kafka -> ``bronze_events`` / ``quarantine_events`` (micro-batches, ``trigger``);
-* ``sampling_state``: ``sensor_samples`` and ``device_status`` (micro-batches, ``trigger``);
+* ``sampling_state``: ``bronze_events`` (Delta stream) -> ``sensor_samples`` and ``device_status`` (micro-batches,
+  ``trigger``);
 * ``alerts``: events -> alerts topic (``alerts_trigger``: real-time mode), on a cluster of its own;
 * ``alert_records``: alerts topic -> ``anomalies`` (MERGE) and escalations (micro-batches, ``trigger``).
 
@@ -36,8 +37,10 @@ def _ingest(spark: SparkSession, settings: Settings) -> list[StreamingQuery]:
 
 def _sampling_state(spark: SparkSession, settings: Settings) -> list[StreamingQuery]:
     from .device_activity import start_device_activity
+    from .ingest import wait_for_bronze
     from .sampling import start_sampling
 
+    wait_for_bronze(spark, settings)  # the medallion: both read bronze_events, which the ingest task creates
     return [start_sampling(spark, settings, wait=False), start_device_activity(spark, settings, wait=False)]
 
 

@@ -47,8 +47,38 @@ def valid_events(raw: DataFrame, settings: Settings) -> DataFrame:
 
 
 def valid_event_stream(spark: SparkSession, settings: Settings) -> DataFrame:
-    """The events topic -> parsed valid events: input of 02 and 03."""
+    """The events topic -> parsed valid events (a second parse: for tests and benchmarks that bypass bronze)."""
     return valid_events(read_kafka(spark, settings, settings.events_topic), settings)
+
+
+class BronzeMissingError(RuntimeError):
+    """``bronze_events`` does not exist yet: 01 ingest has not run."""
+
+
+def wait_for_bronze(spark: SparkSession, settings: Settings, timeout_s: float = 600.0) -> None:
+    """Until ``bronze_events`` exists (the always-on job starts ingest and sampling together; ingest's first
+    batch creates the table). Raises :class:`BronzeMissingError` after ``timeout_s``."""
+    import time
+
+    path = settings.table_path("bronze_events")
+    deadline = time.monotonic() + timeout_s
+    while not delta.table_exists(path, spark):  # polling a condition
+        if time.monotonic() > deadline:
+            raise BronzeMissingError(f"{path} did not appear within {timeout_s:.0f} s: is the ingest task running?")
+        time.sleep(1.0)
+
+
+def bronze_event_stream(spark: SparkSession, settings: Settings) -> DataFrame:
+    """``bronze_events`` as a Delta stream of valid events (EVENT_FIELDS): the input of 02's stateful queries.
+
+    The medallion: each Kafka record is parsed and deduplicated once, in 01; downstream reads the Delta table, so
+    sampling can be replayed or backfilled from bronze long after Kafka's retention dropped the records.
+    """
+    path = settings.table_path("bronze_events")
+    if not delta.table_exists(path, spark):
+        raise BronzeMissingError(f"{path} does not exist yet: 02 reads bronze_events, which 01 ingest writes; "
+                                 f"run 01 (the ingest task) first")
+    return spark.readStream.format("delta").load(path).select(*EVENT_FIELDS)
 
 
 def write_ingest_batch(settings: Settings, extra_columns: list[str]):

@@ -170,13 +170,14 @@ QUERY = "sampling"
 def start_sampling(spark, settings: Settings, *, wait: bool = True, events: DataFrame | None = None):
     """Run (availableNow) or start the sampling query: events -> ``sensor_samples`` (idempotent per batch).
 
-    ``events`` defaults to the valid events of the Kafka topic; tests pass a controlled stream.
+    ``events`` defaults to ``bronze_events`` as a Delta stream (parsed and deduplicated once, by 01); tests pass a
+    controlled stream.
     """
     from . import delta
-    from .ingest import valid_event_stream
+    from .ingest import bronze_event_stream
     from .streaming import run_available_now, start_query, writer_id
 
-    events = events if events is not None else valid_event_stream(spark, settings)
+    events = events if events is not None else bronze_event_stream(spark, settings)
     writer = delta.batch_writer(settings.table_path("sensor_samples"), lambda: writer_id(settings, QUERY), ["part_date"])
     runner = run_available_now if wait else start_query
     return runner(sample_stream(events, settings), settings, QUERY, foreach_batch=writer, pool="sampling")

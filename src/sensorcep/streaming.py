@@ -154,23 +154,37 @@ def caught_up(query: StreamingQuery, target: dict[str, dict[str, int]]) -> bool:
     return all(done.get(topic, {}).get(p, -1) >= o for topic, parts in target.items() for p, o in parts.items())
 
 
-def stop_when_caught_up(query: StreamingQuery, target: dict[str, dict[str, int]], timeout_s: float = 300.0,
-                        poll_s: float = 0.2) -> StreamingQuery:
-    """Stop a running query once its progress shows it has read ``target`` (e.g. another query's end offsets).
+def stop_when_caught_up(query: StreamingQuery, target: dict[str, dict[str, int]] | None = None,
+                        timeout_s: float = 300.0, poll_s: float = 0.2) -> StreamingQuery:
+    """Stop a running query once its progress shows it has read ``target`` (e.g. a topic's end offsets), or, with
+    no target, once a progress report made after this call shows its Kafka sources 0 records behind the end.
 
     A real-time-mode query reports progress once per checkpoint interval, so this returns within about one
     interval of the query catching up. Raises the query's error if it failed, TimeoutError if it never caught up.
     """
     import time
 
+    from .monitoring import offsets_behind
+
+    def reported_after(start: int | None) -> bool:
+        last = query.lastProgress
+        return last is not None and (start is None or last.batchId > start)
+
+    start = query.lastProgress.batchId if query.lastProgress is not None else None
+
+    def done() -> bool:
+        if target is not None:
+            return caught_up(query, target)
+        return reported_after(start) and offsets_behind(json.loads(query.lastProgress.json)) == 0
+
     deadline = time.monotonic() + timeout_s
-    while not caught_up(query, target):  # polling a condition, not sleeping as synchronisation
+    while not done():  # polling a condition, not sleeping as synchronisation
         if query.exception() is not None:
-            raise query.exception()
+            raise explain_failure(query, query.exception())
         if time.monotonic() > deadline:
             query.stop()
-            raise TimeoutError(f"{query.name} read up to {source_end_offsets(query)}, not {target}, "
-                               f"within {timeout_s:.0f} s")
+            raise TimeoutError(f"{query.name} read up to {source_end_offsets(query)}, not "
+                               f"{target or 'the end of its topics'}, within {timeout_s:.0f} s")
         time.sleep(poll_s)
     query.stop()
     return query

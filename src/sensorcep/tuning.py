@@ -8,7 +8,7 @@ stateful queries:
                       same windows and watermark: it runs on every state store, so it is where the HDFS
                       store can be compared with RocksDB.
 
-Every configuration reads the same pre-generated micro-batches (one Parquet file per trigger), starts
+Every configuration reads the same pre-generated micro-batches (a Delta table, one commit per trigger), starts
 from a clean checkpoint in the same Spark application (the settings tested are all session settings read
 when a query starts) and reports throughput, batch time, state commit time (``commitTimeMs``), state
 rows and memory and RocksDB's custom metrics, all reported by the state stores on the executors (where state
@@ -161,18 +161,32 @@ def workload_frame(workload: Workload) -> pd.DataFrame:
                          "event_time": pd.to_datetime(event_us[idx], unit="us", utc=True)})
 
 
-def write_workload(folder: Path, workload: Workload) -> list[int]:
-    """One Parquet file per micro-batch, file modification times in batch order; returns events per file."""
+WORKLOAD_SCHEMA = "device_id string, sensor_freq double, event_time timestamp"
+
+
+def write_workload(folder: Path, workload: Workload, batches: int | None = None) -> list[int]:
+    """The workload (its first ``batches`` micro-batches) as a Delta table, one commit of one file per micro-batch;
+    returns events per batch.
+
+    Read back by :func:`workload_stream`, every configuration sees the same batches, in commit order: nothing
+    depends on file modification times, which Unity Catalog volumes and other mounts do not keep reliably.
+    """
+    from .runtime import get_spark
+
+    spark = get_spark()
     frame = workload_frame(workload)
-    folder.mkdir(parents=True, exist_ok=False)
     sizes = []
-    for i, start in enumerate(range(0, len(frame), workload.batch)):
+    for start in list(range(0, len(frame), workload.batch))[:batches]:
         part = frame.iloc[start:start + workload.batch]
-        path = folder / f"part-{i:05d}.parquet"
-        part.to_parquet(path, index=False, coerce_timestamps="us")
-        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))  # the file source orders by modification time
+        (spark.createDataFrame(part, WORKLOAD_SCHEMA).coalesce(1)
+         .write.format("delta").mode("append").save(str(folder)))
         sizes.append(len(part))
     return sizes
+
+
+def workload_stream(spark, source: str):
+    """A workload table as a stream of its micro-batches: one commit (one file) per trigger."""
+    return spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(source)
 
 
 # ------------------------------------------------------------------------------ validation
@@ -247,8 +261,7 @@ def run_configuration(spark, query: str, preset: Preset, source: str, work: str,
         output_rows["n"] += batch.count()
 
     try:
-        events = (spark.readStream.schema("device_id string, sensor_freq double, event_time timestamp")
-                  .option("maxFilesPerTrigger", 1).parquet(source))
+        events = workload_stream(spark, source)
         started = time.perf_counter()
         running = (_query(query, events, settings).writeStream.foreachBatch(count).outputMode("append")
                    .option("checkpointLocation", f"{work}/ckpt-{query}-{preset.name}")
@@ -328,7 +341,7 @@ def run_matrix(spark, settings: Settings, matrix: str | Iterable[tuple[str, str]
             ordered = configurations if round_ % 2 else configurations[::-1]
             for i, (query, preset) in enumerate(ordered, 1):
                 print(f"[round {round_}/{rounds}, {i}/{len(ordered)}] {query} / {preset.name} ...", flush=True)
-                source = first_batches(work / "workload", preset.max_batches)
+                source = first_batches(work, workload, preset.max_batches)
                 row = run_configuration(spark, query, preset, str(source), str(work / f"round-{round_}"), settings)
                 rows.append(row)
                 on_result(row)
@@ -358,15 +371,13 @@ def median_over_rounds(rows: pd.DataFrame, order: list[str]) -> pd.DataFrame:
     return table.loc[[k for k in order if k in table.index]].reset_index(drop=True)
 
 
-def first_batches(folder: Path, count: int | None) -> Path:
-    """``folder`` itself, or a sibling holding only its first ``count`` batch files (same modification times)."""
+def first_batches(work: Path, workload: Workload, count: int | None) -> Path:
+    """The workload table, or (``count``) a table of only its first ``count`` micro-batches, written once."""
     if count is None:
-        return folder
-    subset = folder.with_name(f"{folder.name}-first-{count}")
+        return work / "workload"
+    subset = work / f"workload-first-{count}"
     if not subset.exists():
-        subset.mkdir()
-        for path in sorted(folder.glob("part-*.parquet"))[:count]:
-            shutil.copy2(path, subset / path.name)  # copy2 keeps the modification time, which orders batches
+        write_workload(subset, workload, batches=count)
     return subset
 
 
