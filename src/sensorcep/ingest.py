@@ -11,6 +11,8 @@ from .settings import Settings
 from .streaming import run_available_now, start_query, writer_id
 
 QUERY = "ingest"
+#: a parsed valid event as the downstream queries read it
+EVENT_FIELDS = ["device_id", "sensor_freq", "event_time", "kafka_timestamp"]
 BRONZE_COLUMNS = ["device_id", "sensor_freq", "event_time", "topic", "partition", "offset", "kafka_timestamp"]
 
 
@@ -43,7 +45,7 @@ def valid_events(raw: DataFrame, settings: Settings) -> DataFrame:
     Bad records are not passed on: 01 ingest already quarantines them with their reason.
     """
     parsed = parse_events(raw, settings)
-    return parsed.where(F.col("reason").isNull()).select("device_id", "sensor_freq", "event_time", "kafka_timestamp")
+    return parsed.where(F.col("reason").isNull()).select(*EVENT_FIELDS)
 
 
 def valid_event_stream(spark: SparkSession, settings: Settings) -> DataFrame:

@@ -78,6 +78,10 @@ def finish(query: StreamingQuery, settings: Settings, trigger: str | None = None
     return query
 
 
+class CheckpointMismatchError(RuntimeError):
+    """A query restarted on a checkpoint that another source wrote."""
+
+
 class DataLossError(RuntimeError):
     """Kafka records were deleted before a query read them; the query stopped instead of skipping them."""
 
@@ -90,6 +94,11 @@ def explain_failure(query: StreamingQuery, error: BaseException) -> BaseExceptio
     """A query's failure, as the error to raise: Kafka data loss becomes a :class:`DataLossError` that says what
     was lost and the two ways on; anything else is returned unchanged."""
     text = str(error)
+    if "DELTA_INVALID_SOURCE_VERSION" in text:
+        return CheckpointMismatchError(
+            f"query {query.name}: its checkpoint ({query.name} under checkpoints/) was written for another source; "
+            f"since the medallion change, 02's queries read bronze_events, not Kafka. Start them from a new "
+            f"checkpoint: delete that checkpoint folder (the Delta writes stay idempotent), or set query_suffix.")
     if not any(marker in text for marker in DATA_LOSS_MARKERS):
         return error
     said = next((line.strip() for line in text.splitlines() if "offset" in line.lower()), text.splitlines()[0])
