@@ -7,8 +7,8 @@ a value that names workspace resources (``${resources...}``, ``${workspace...}``
 ``base_path``) takes the local default of the setting the parameter is named after; ``{{job.id}}``-style
 dynamic values are empty; ``--param x=value`` overrides any of them.
 
-* the pipeline job (notebook tasks, availableNow): tasks run in ``depends_on`` order with their
-  ``base_parameters``; each executed notebook is saved with its outputs under ``runs/<stamp>/``;
+* the pipeline and tuning jobs (notebook tasks): tasks run in ``depends_on`` order with their job's
+  parameters; each executed notebook is saved with its outputs under ``runs/<stamp>/``;
 * the always-on job (python_wheel_task tasks calling the ``sensorcep-stream`` entry point): every task's
   queries start in this one Spark application and run until Ctrl-C, ``minutes`` or a stop condition, with a
   live line per query; then they are stopped cleanly and resume from their checkpoints next time.
