@@ -92,7 +92,8 @@ DATA_LOSS_MARKERS = ("KAFKA_DATA_LOSS", "Some data may have been lost", "failOnD
 
 def explain_failure(query: StreamingQuery, error: BaseException) -> BaseException:
     """A query's failure, as the error to raise: Kafka data loss becomes a :class:`DataLossError` that says what
-    was lost and the two ways on; anything else is returned unchanged."""
+    was lost and the two ways on, a checkpoint of another source a :class:`CheckpointMismatchError` that says what
+    to delete; anything else is returned unchanged."""
     text = str(error)
     if "DELTA_INVALID_SOURCE_VERSION" in text:
         return CheckpointMismatchError(
