@@ -1,6 +1,7 @@
 """Progress capture (listener -> Delta stream_progress), the live view and the state data source, on real queries."""
 import json
 
+import pandas as pd
 import pytest
 
 from sensorcep import monitoring, sampling, streaming
@@ -72,14 +73,16 @@ def test_live_view_shows_each_querys_last_progress(short_run, capsys):
     assert query.name in capsys.readouterr().out
 
 
-def test_state_data_source_shows_the_open_windows_chunks(spark, settings, tmp_path):
+def test_state_data_source_shows_the_buckets_open_windows_still_need(spark, settings, tmp_path):
     # batch 0: 10 s, 20 s, 50 s; batch 1: 100 s -> watermark 70 s closes the windows ending at 30 s and 60 s
     write_batches(tmp_path / "in", [events(("d1", 1.0, 10), ("d2", 2.0, 20), ("d3", 3.0, 50)),
                                     events(("d1", 4.0, 100))])
     sampling.start_sampling(spark, settings, events=batch_stream(spark, tmp_path / "in"))
     operators = monitoring.state_metadata(spark, settings, "sampling").toPandas()
     assert operators.operatorName.str.contains("transformWithState").all() and len(operators) == 1
-    chunks = monitoring.state_variable(spark, settings, "sampling", "chunks").toPandas()
-    open_windows = sorted(int(key["window_start_ms"]) for key in chunks.key)
-    t0_ms = events(("x", 0.0, 0)).event_time_us[0] // 1000
-    assert [w - t0_ms for w in open_windows] == [30_000, 60_000, 90_000]  # one chunk each
+    held = monitoring.sampling_buckets(spark, settings)
+    t0 = pd.Timestamp(events(("x", 0.0, 0)).event_time_us[0], unit="us")
+    # bucket [0, 30) was freed with the window [0, 60); [30, 60) waits for [30, 90), [90, 120) for [60, 120)
+    assert [(b - t0).total_seconds() for b in held.bucket_start] == [30, 90]
+    assert held.scope.tolist() == ["all", "all"] and held.chunks.tolist() == [1, 1]
+    assert (held.bytes > 0).all()

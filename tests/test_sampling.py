@@ -84,12 +84,13 @@ def _run(spark, settings, tmp_path, batches, **changes):
     return settings
 
 
-@pytest.mark.parametrize("scope", ["window", "device"])
-def test_streamed_samples_equal_the_oracle(spark, settings, tmp_path, scope):
-    settings = _run(spark, settings, tmp_path, BATCHES, sample_scope=scope)
-    expected = reference_samples(BATCHES, 60, 30, 30, scope)
+@pytest.mark.parametrize("scope, slide", [("window", 30), ("window", 20), ("window", 60), ("device", 30),
+                                          ("device", 20)])
+def test_streamed_samples_equal_the_oracle(spark, settings, tmp_path, scope, slide):
+    settings = _run(spark, settings, tmp_path, BATCHES, sample_scope=scope, slide_duration=f"{slide} seconds")
+    expected = reference_samples(BATCHES, 60, slide, 30, scope)
     assert sample_rows(settings) == oracle_rows(expected)
-    if scope == "window":  # the semantics the fixed batches are built to show
+    if (scope, slide) == ("window", 30):  # the semantics the fixed batches are built to show
         sampled_times = {r[4] for r in oracle_rows(expected)}
         assert events(("c", 5.0, 25)).event_time_us[0] in sampled_times, "late-but-in-watermark event sampled"
         assert not any(r[2:5] == ("a", 5.0, events(("a", 5.0, 10)).event_time_us[0]) for r in oracle_rows(expected))
@@ -117,13 +118,14 @@ batch_lists = st.lists(
 
 
 @hsettings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(batches=batch_lists, scope=st.sampled_from(["window", "device"]))
-def test_property_any_batches_match_the_oracle(spark, settings, tmp_path_factory, batches, scope):
+@given(batches=batch_lists, scope=st.sampled_from(["window", "device"]), slide=st.sampled_from([20, 30, 60]))
+def test_property_any_batches_match_the_oracle(spark, settings, tmp_path_factory, batches, scope, slide):
     frames = [events(*rows) if rows else events(("z", 1.0, 0)).iloc[:0] for rows in batches]
     frames = [f for f in frames if len(f)] or [events(("a", 1.0, 0))]  # a parquet file per non-empty batch
     base = tmp_path_factory.mktemp("prop")
-    settings = _run(spark, settings, base, frames, sample_scope=scope, base_path=str(base))
-    assert sample_rows(settings) == oracle_rows(reference_samples(frames, 60, 30, 30, scope))
+    settings = _run(spark, settings, base, frames, sample_scope=scope, slide_duration=f"{slide} seconds",
+                    base_path=str(base))
+    assert sample_rows(settings) == oracle_rows(reference_samples(frames, 60, slide, 30, scope))
 
 
 # ---------------------------------------------------------------------------- Kafka end to end

@@ -44,6 +44,8 @@ def test_durations_and_triggers():
         Settings(watermark_delay="soon").validate()
     with pytest.raises(SettingsError, match="slide_duration"):
         Settings(window_duration="30 seconds", slide_duration="60 seconds").validate()
+    with pytest.raises(SettingsError, match="must divide window_duration"):
+        Settings(window_duration="60 seconds", slide_duration="25 seconds").validate()
 
 
 def test_environment_overrides_widget_defaults(monkeypatch):

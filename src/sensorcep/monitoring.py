@@ -12,6 +12,7 @@ import threading
 import time
 from datetime import datetime
 
+import pandas as pd
 import pyarrow as pa
 from pyspark.sql.streaming import StreamingQueryListener
 
@@ -210,7 +211,6 @@ def flush_progress(spark, settings: Settings, query=None, timeout: float = 30.0)
 def progress_frame(query, columns=("batch_id", "num_input_rows", "batch_duration_ms", "watermark",
                                    "state_rows_total", "rows_dropped_by_watermark")):
     """A query's recent progress as a small pandas table (one row per micro-batch)."""
-    import pandas as pd
 
     rows = [progress_row(json.loads(p.json)) for p in query.recentProgress]
     return pd.DataFrame(rows, columns=list(columns)) if rows else pd.DataFrame(columns=list(columns))
@@ -219,7 +219,6 @@ def progress_frame(query, columns=("batch_id", "num_input_rows", "batch_duration
 # ------------------------------------------------------------------------------ reading it back
 def read_progress(spark, settings: Settings):
     """Delta ``stream_progress`` as a pandas frame (empty, with the columns, when nothing was recorded yet)."""
-    import pandas as pd
 
     from . import delta
 
@@ -263,6 +262,18 @@ def state_variable(spark, settings: Settings, query: str, state_var: str, operat
             .load(settings.checkpoint_path(query)))
 
 
+def sampling_buckets(spark, settings: Settings) -> pd.DataFrame:
+    """What the sampling processor holds: one row per scope key and slide bucket still needed by an open window,
+    with its chunks (one per micro-batch that brought events for it) and their Arrow bytes."""
+    from pyspark.sql import functions as F
+
+    buckets = state_variable(spark, settings, "sampling", "buckets")
+    return (buckets.groupBy(F.col("key.scope").alias("scope"),
+                            F.timestamp_millis("user_map_key.bucket_start_ms").alias("bucket_start"))
+            .agg(F.count("*").alias("chunks"), F.sum(F.length("user_map_value.events")).alias("bytes"))
+            .orderBy("scope", "bucket_start").toPandas())
+
+
 # ------------------------------------------------------------------------------ live view
 def offsets_behind(progress: dict) -> int | None:
     """Records the query's Kafka sources were behind the topics' ends at its last batch (None: no Kafka source)."""
@@ -292,7 +303,6 @@ LIVE_COLUMNS = ["query", "status", "batch", "input rows/s", "processed rows/s", 
 
 def live_table(queries):
     """One row per query from its last progress: rates, batch time, state rows, watermark."""
-    import pandas as pd
 
     rows = []
     for query in queries:

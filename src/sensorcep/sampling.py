@@ -1,18 +1,21 @@
 """02 sampling: the first, middle and last event of every sliding event-time window, plus every anomaly.
 
 The rule (:func:`pick_samples`) is a pure pandas function; the streaming part
-(:class:`WindowSampler`) only keeps each open window's events and calls it once, when the
-watermark passes the window's end:
+(:class:`WindowSampler`) keeps each event once, in its slide bucket, and calls the rule once per
+window, when the watermark passes the window's end:
 
-* the grouping key is the window start (``sample_scope = window``: all devices together) or
-  (window start, device id) (``sample_scope = device``);
-* ``handleInputRows`` appends ONE list-state element per key and micro-batch, the batch's events as
-  an Arrow IPC "chunk", and registers an event-time timer at the window end (registering the same
-  time twice is a no-op). Nothing already held is read or re-written: a batch costs the same
-  whether the window holds 10 or 100,000 events;
-* the timer reads the chunks, picks the samples and clears the window's state, so a window is
-  emitted once and never again (its timer and state are gone, and any later event for it is older
-  than the watermark, i.e. dropped as too late by Spark).
+* the grouping key is the sampling scope: one key for all devices (``sample_scope = window``) or
+  the device id (``sample_scope = device``). Each event enters the processor once, not once per
+  overlapping window (a 60 s window sliding by 20 s would otherwise hold every event three times);
+* ``handleInputRows`` splits the batch by slide bucket (``event_time - event_time % slide``) and
+  adds ONE map-state entry per bucket and micro-batch, the bucket's events as an Arrow IPC "chunk",
+  then registers an event-time timer at the end of every window holding that bucket (registering the
+  same time twice is a no-op). Nothing already held is read or re-written: a batch costs the same
+  whether the windows hold 10 or 100,000 events;
+* a window's timer reads the chunks of its ``window / slide`` buckets, picks the samples and frees
+  the oldest bucket, which no later window contains. A window is emitted once and never again: its
+  timer is gone, and any later event for it is older than the watermark, i.e. dropped as too late by
+  Spark.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, StructField, StructType
+from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from .settings import Settings
 
@@ -38,6 +41,8 @@ PROCESSOR_OUTPUT = (
 SAMPLE_COLUMNS = ["device_id", "sensor_freq", "event_time", "window_start", "window_end", "roles", "is_anomalous",
                   "part_date"]
 CHUNK_SCHEMA = StructType([StructField("events", BinaryType())])
+BUCKET_KEY_SCHEMA = StructType([StructField("bucket_start_ms", LongType()), StructField("chunk", LongType())])
+NEXT_CHUNK_SCHEMA = StructType([StructField("chunk", LongType())])
 _CHUNK_ARROW_SCHEMA = pa.schema([("device_id", pa.string()), ("sensor_freq", pa.float64()),
                                  ("event_time_us", pa.int64())])
 
@@ -94,31 +99,57 @@ def decode_chunks(chunks: Iterator[bytes]) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------ processor
 class WindowSampler(StatefulProcessor):
-    """Keyed by window start (and device): appends one chunk per micro-batch, samples at the window end."""
+    """Keyed by scope (one key for all devices, or the device): each event enters once, into its slide bucket.
 
-    def __init__(self, window_ms: int, anomaly_threshold: float):
+    State, per key: ``buckets``, a map from (bucket start ms, chunk number) to one Arrow chunk, and
+    ``next_chunk``, the number the next chunk gets. Timers: one per window end that holds events.
+    """
+
+    def __init__(self, window_ms: int, slide_ms: int, anomaly_threshold: float):
+        if window_ms % slide_ms:
+            raise ValueError(f"the slide ({slide_ms} ms) must divide the window ({window_ms} ms)")
         self.window_ms = window_ms
+        self.slide_ms = slide_ms
         self.anomaly_threshold = anomaly_threshold
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.chunks = handle.getListState("chunks", CHUNK_SCHEMA)
+        self.buckets = handle.getMapState("buckets", BUCKET_KEY_SCHEMA, CHUNK_SCHEMA)
+        self.next_chunk = handle.getValueState("next_chunk", NEXT_CHUNK_SCHEMA)
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
         frames = list(rows)  # Arrow hands a group over in pieces of maxRecordsPerBatch rows
         events = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-        self.chunks.appendValue((encode_chunk(events),))
-        self.handle.registerTimer(int(key[0]) + self.window_ms)
+        chunk = self.next_chunk.get()[0] if self.next_chunk.exists() else 0
+        event_ms = events.event_time_us.to_numpy() // 1000
+        bucket_of = event_ms - event_ms % self.slide_ms
+        buckets, ends = np.unique(bucket_of).tolist(), set()
+        for bucket in buckets:
+            part = events if len(buckets) == 1 else events[bucket_of == bucket]
+            self.buckets.updateValue((bucket, chunk), (encode_chunk(part),))
+            ends.update(range(bucket + self.slide_ms, bucket + self.window_ms + 1, self.slide_ms))
+        for end in sorted(ends):  # every window holding the bucket; registering a time twice is a no-op
+            self.handle.registerTimer(end)
+        self.next_chunk.update((chunk + 1,))
         return iter([])
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
-        events = decode_chunks(row[0] for row in self.chunks.get())
-        self.chunks.clear()
+        # Timers expire in time order, so the windows of a bucket close oldest first: once the window starting at
+        # bucket b is emitted, no later window needs b.
+        end = expiredTimerInfo.getExpiryTimeInMs()
+        start = end - self.window_ms
+        held = sorted(self.buckets.keys())
+        inside = [k for k in held if start <= k[0] < end]
+        events = decode_chunks(self.buckets.getValue(k)[0] for k in inside)
+        done = [k for k in held if k[0] < start + self.slide_ms]
+        for k in done:
+            self.buckets.removeKey(k)
+        if len(done) == len(held):
+            self.next_chunk.clear()  # nothing held: the key leaves no state behind
         samples = pick_samples(events, self.anomaly_threshold)
         if samples.empty:
-            return iter([])
-        start = int(key[0])
-        samples.insert(0, "window_end_ms", start + self.window_ms)
+            return
+        samples.insert(0, "window_end_ms", end)
         samples.insert(0, "window_start_ms", start)
         yield samples[["window_start_ms", "window_end_ms", "device_id", "sensor_freq", "event_time_us", "roles",
                        "is_anomalous"]]
@@ -127,28 +158,21 @@ class WindowSampler(StatefulProcessor):
         pass
 
 
-def windowed_events(events: DataFrame, settings: Settings) -> DataFrame:
-    """Valid events with a watermark on event_time, one row per (event, sliding window it falls in)."""
-    window = F.window("event_time", settings.window_duration, settings.slide_duration)
+def scoped_events(events: DataFrame, settings: Settings) -> DataFrame:
+    """Valid events with a watermark on event_time, each once, with the processor's key (``scope``)."""
+    scope = F.lit("all") if settings.sample_scope == "window" else F.col("device_id")
     return (
         events.withWatermark("event_time", settings.watermark_delay)
-        .select("device_id", "sensor_freq", "event_time", window.alias("w"))
-        .select(
-            F.unix_millis(F.col("w.start")).alias("window_start_ms"),
-            "device_id", "sensor_freq", "event_time",
-            F.unix_micros("event_time").alias("event_time_us"),
-        )
+        .select(scope.alias("scope"), "device_id", "sensor_freq", "event_time",
+                F.unix_micros("event_time").alias("event_time_us"))
     )
 
 
 def sample_stream(events: DataFrame, settings: Settings) -> DataFrame:
     """Parsed valid events -> the rows of ``sensor_samples`` (a window's rows appear once it closes)."""
-    keys = ["window_start_ms"] if settings.sample_scope == "window" else ["window_start_ms", "device_id"]
-    sampled = windowed_events(events, settings).groupBy(*keys).transformWithStateInPandas(
-        statefulProcessor=WindowSampler(settings.window_seconds * 1000, settings.anomaly_threshold),
-        outputStructType=PROCESSOR_OUTPUT,
-        outputMode="Append",
-        timeMode="EventTime",
+    sampler = WindowSampler(settings.window_seconds * 1000, settings.slide_seconds * 1000, settings.anomaly_threshold)
+    sampled = scoped_events(events, settings).groupBy("scope").transformWithStateInPandas(
+        statefulProcessor=sampler, outputStructType=PROCESSOR_OUTPUT, outputMode="Append", timeMode="EventTime",
     )
     return to_sample_rows(sampled)
 

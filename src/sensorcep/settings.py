@@ -95,6 +95,9 @@ class Settings:
             parse_duration(getattr(self, name), name)
         if parse_duration(self.slide_duration) > parse_duration(self.window_duration):
             raise SettingsError("slide_duration must not exceed window_duration")
+        if parse_duration(self.window_duration) % parse_duration(self.slide_duration):
+            raise SettingsError(f"slide_duration ({self.slide_duration}) must divide window_duration "
+                                f"({self.window_duration}) into whole slides, e.g. 60 s by 20, 30 or 60 s")
         if is_realtime(self.trigger):
             raise SettingsError("trigger: real-time mode runs stateless queries only; it is for alerts_trigger")
         parse_trigger(self.alerts_trigger)
