@@ -1,6 +1,7 @@
 # sensor-cep: two commands from a fresh clone.
 #   make demo   venv + JVM jars + local Kafka broker + simulated events + the pipeline job, then a summary
-#   make test   venv + JVM jars + the whole test suite (unit, integration with the real broker, notebooks)
+#   make test   venv + JVM jars + ruff (lint, format) + the whole test suite (unit, integration with the real broker,
+#               Spark Connect, notebooks)
 # Prerequisites: Python 3.10+, Java 17, Maven 3.8+ (fetches the jars pinned in jvm/pom.xml once, into .jars/)
 PYTHON ?= python3
 VENV   := .venv
@@ -8,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EVENTS ?= 200000
 
-.PHONY: venv jars demo test lab up broker-up broker-down bench clean check-java
+.PHONY: venv jars demo test lint lab up broker-up broker-down bench clean check-java
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ is required")'
@@ -38,8 +39,12 @@ demo: jars broker-up
 	$(PY) -m sensorcep run
 	$(PY) -m sensorcep summary
 
-test: jars
+test: jars lint
 	$(PY) -m pytest
+
+lint: venv  # ruff: lint and format, as configured in pyproject.toml
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 up: jars broker-up  # the always-on job locally, until Ctrl-C (MINUTES=n to stop after n minutes)
 	$(PY) -m sensorcep run --job sensor_cep_streaming $(if $(MINUTES),--minutes $(MINUTES))

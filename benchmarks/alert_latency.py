@@ -15,6 +15,7 @@ when it is handed a record): ``in spark`` = alert record's timestamp - event rec
 Kafka consumer fetch, parse, rule, hand-over to its producer); ``delivery`` = arrival - alert record's
 timestamp (Spark's producer send, the broker, the consumer's fetch). Needs the local broker (``make broker-up``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,9 @@ from datetime import datetime, timezone
 import numpy as np
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from sensorcep import alerts, broker, sampling
-from sensorcep.ingest import valid_event_stream
+from sensorcep.local import broker
+from sensorcep.pipeline import alerts, sampling
+from sensorcep.pipeline.ingest import valid_event_stream
 from sensorcep.runtime import get_spark
 from sensorcep.settings import Settings, env_settings
 
@@ -57,8 +59,11 @@ def produce_steady(bootstrap: str, topic: str, rate: int, seconds: float, out, w
             device = f"dev-{rng.integers(0, 1000):05d}"
             anomalous = rng.random() < 0.01
             freq = -float(rng.uniform(0.1, 20)) if anomalous else float(rng.normal(50, 10))
-            producer.produce(topic, key=device.encode(),
-                             value=json.dumps({"device_id": device, "sensor_freq": freq, "event_time": stamp}).encode())
+            producer.produce(
+                topic,
+                key=device.encode(),
+                value=json.dumps({"device_id": device, "sensor_freq": freq, "event_time": stamp}).encode(),
+            )
             if anomalous and elapsed >= warmup:
                 sent.setdefault(alerts.alert_id(device, event_us, RULE), time.time())
             n += 1
@@ -70,12 +75,19 @@ def produce_steady(bootstrap: str, topic: str, rate: int, seconds: float, out, w
 
 def consume_alerts(bootstrap: str, topic: str, expected_q, out, drain_s: float) -> None:
     """Records each alert's arrival until every expected alert (sent on ``expected_q`` once the producer is done)
-    has arrived, or ``drain_s`` after that; puts {alert_id: (arrival s, alert record ms, event record ms)} on ``out``."""
+    has arrived, or ``drain_s`` after that; puts {alert_id: (arrival s, alert record ms, event record ms)}
+    on ``out``."""
     import queue
 
     received: dict = {}
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 5})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"lat-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 5,
+        }
+    )
     partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     expected, deadline = None, None
@@ -84,7 +96,9 @@ def consume_alerts(bootstrap: str, topic: str, expected_q, out, drain_s: float) 
             if message.error() is None:
                 arrival = time.time()
                 alert = json.loads(message.value())
-                event_ms = int(datetime.fromisoformat(alert["kafka_timestamp"].replace("Z", "+00:00")).timestamp() * 1000)
+                event_ms = int(
+                    datetime.fromisoformat(alert["kafka_timestamp"].replace("Z", "+00:00")).timestamp() * 1000
+                )
                 received.setdefault(alert["alert_id"], (arrival, message.timestamp()[1], event_ms))
         if expected is None:
             try:
@@ -96,28 +110,37 @@ def consume_alerts(bootstrap: str, topic: str, expected_q, out, drain_s: float) 
     out.put(received)
 
 
-def measure(spark, base: Settings, rate: int, trigger: str, seconds: float, warmup: float, drain: float,
-            sampling_trigger: str) -> dict:
+def measure(
+    spark, base: Settings, rate: int, trigger: str, seconds: float, warmup: float, drain: float, sampling_trigger: str
+) -> dict:
     run = uuid.uuid4().hex[:8]
-    settings = base.replace(events_topic=f"lat-events-{run}", alerts_topic=f"lat-alerts-{run}",
-                            alerts_trigger=trigger, trigger=sampling_trigger if sampling_trigger != "none" else "availableNow",
-                            base_path=tempfile.mkdtemp(prefix="bench-alerts-"), max_offsets_per_trigger=0)
+    settings = base.replace(
+        events_topic=f"lat-events-{run}",
+        alerts_topic=f"lat-alerts-{run}",
+        alerts_trigger=trigger,
+        trigger=sampling_trigger if sampling_trigger != "none" else "availableNow",
+        base_path=tempfile.mkdtemp(prefix="bench-alerts-"),
+        max_offsets_per_trigger=0,
+    )
     with broker.scratch_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic]):
         return measure_on(spark, settings, rate, trigger, seconds, warmup, drain)
 
 
-def measure_on(spark, settings: Settings, rate: int, trigger: str, seconds: float, warmup: float,
-               drain: float) -> dict:
+def measure_on(spark, settings: Settings, rate: int, trigger: str, seconds: float, warmup: float, drain: float) -> dict:
     query = alerts.start_alerts(spark, settings, wait=False)
     beside = None
     if settings.trigger != "availableNow":  # the sampling query on the same events (from Kafka: no ingest here)
         beside = sampling.start_sampling(spark, settings, wait=False, events=valid_event_stream(spark, settings))
     processes = multiprocessing.get_context("spawn")
     expected_q, sent_q, received_q = processes.Queue(), processes.Queue(), processes.Queue()
-    consumer = processes.Process(target=consume_alerts, args=(settings.kafka_bootstrap_servers, settings.alerts_topic,
-                                                              expected_q, received_q, drain))
-    producer = processes.Process(target=produce_steady, args=(settings.kafka_bootstrap_servers, settings.events_topic,
-                                                              rate, seconds, sent_q, warmup))
+    consumer = processes.Process(
+        target=consume_alerts,
+        args=(settings.kafka_bootstrap_servers, settings.alerts_topic, expected_q, received_q, drain),
+    )
+    producer = processes.Process(
+        target=produce_steady,
+        args=(settings.kafka_bootstrap_servers, settings.events_topic, rate, seconds, sent_q, warmup),
+    )
     consumer.start()
     producer.start()
     sent = sent_q.get()
@@ -137,14 +160,25 @@ def measure_on(spark, settings: Settings, rate: int, trigger: str, seconds: floa
     in_spark = np.array([(received[k][1] - received[k][2]) / 1000 for k in got])
     delivery = np.array([received[k][0] - received[k][1] / 1000 for k in got])
     pct = lambda values, q: float(np.percentile(values, q)) if len(values) else float("nan")  # noqa: E731
-    return {"rate": rate, "trigger": trigger, "alerts": len(sent), "received": len(got),
-            "p50": pct(latencies, 50), "p95": pct(latencies, 95), "p99": pct(latencies, 99),
-            "max": latencies.max() if len(latencies) else float("nan"),
-            "spark_p50": pct(in_spark, 50), "spark_p99": pct(in_spark, 99),
-            "delivery_p50": pct(delivery, 50), "delivery_p99": pct(delivery, 99),
-            "batch_ms": np.median([p.batchDuration for p in batches]) if batches else float("nan"),
-            "phases_ms": {phase: float(np.median([p.durationMs.get(phase, 0) for p in batches])) if batches else 0.0
-                          for phase in PHASES}}
+    return {
+        "rate": rate,
+        "trigger": trigger,
+        "alerts": len(sent),
+        "received": len(got),
+        "p50": pct(latencies, 50),
+        "p95": pct(latencies, 95),
+        "p99": pct(latencies, 99),
+        "max": latencies.max() if len(latencies) else float("nan"),
+        "spark_p50": pct(in_spark, 50),
+        "spark_p99": pct(in_spark, 99),
+        "delivery_p50": pct(delivery, 50),
+        "delivery_p99": pct(delivery, 99),
+        "batch_ms": np.median([p.batchDuration for p in batches]) if batches else float("nan"),
+        "phases_ms": {
+            phase: float(np.median([p.durationMs.get(phase, 0) for p in batches])) if batches else 0.0
+            for phase in PHASES
+        },
+    }
 
 
 def main() -> None:
@@ -153,54 +187,87 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="measured production time per run")
     parser.add_argument("--warmup", type=float, default=15.0, help="seconds produced before measuring")
     parser.add_argument("--drain", type=float, default=30.0, help="seconds to wait for the last alerts")
-    parser.add_argument("--triggers", default="realtime,0 seconds,5 seconds",
-                        help="alert triggers, in the table's order (the last is the baseline of the ratios)")
-    parser.add_argument("--sampling-trigger", default="10 seconds",
-                        help="trigger of the sampling query run beside the alert query ('none': alone)")
-    parser.add_argument("--no-cold-run", action="store_true",
-                        help="skip the first, separately reported run (a fresh JVM compiles the Kafka path first)")
+    parser.add_argument(
+        "--triggers",
+        default="realtime,0 seconds,5 seconds",
+        help="alert triggers, in the table's order (the last is the baseline of the ratios)",
+    )
+    parser.add_argument(
+        "--sampling-trigger",
+        default="10 seconds",
+        help="trigger of the sampling query run beside the alert query ('none': alone)",
+    )
+    parser.add_argument(
+        "--no-cold-run",
+        action="store_true",
+        help="skip the first, separately reported run (a fresh JVM compiles the Kafka path first)",
+    )
     args = parser.parse_args()
     base = env_settings()
     triggers = [t.strip() for t in args.triggers.split(",")]
     rates = [int(r) for r in args.rates.split(",")]
     spark = get_spark()
-    print(f"alert latency: rates {rates}, triggers {triggers}, sampling beside: {args.sampling_trigger}; "
-          f"{args.warmup:g} s warm-up + {args.seconds:g} s measured per run", flush=True)
+    print(
+        f"alert latency: rates {rates}, triggers {triggers}, sampling beside: {args.sampling_trigger}; "
+        f"{args.warmup:g} s warm-up + {args.seconds:g} s measured per run",
+        flush=True,
+    )
     if not args.no_cold_run:  # measured and shown, but not in the table: the table is the steady state
         cold = measure(spark, base, rates[0], triggers[0], args.seconds, args.warmup, args.drain, args.sampling_trigger)
-        print(f"  cold run (first query of this JVM, not in the table): {rates[0]:,} ev/s  trigger {triggers[0]}  "
-              f"p50 {cold['p50'] * 1000:,.0f} ms  p99 {cold['p99'] * 1000:,.0f} ms", flush=True)
+        print(
+            f"  cold run (first query of this JVM, not in the table): {rates[0]:,} ev/s  trigger {triggers[0]}  "
+            f"p50 {cold['p50'] * 1000:,.0f} ms  p99 {cold['p99'] * 1000:,.0f} ms",
+            flush=True,
+        )
     results = []
     for rate in rates:
         for trigger in triggers:
             r = measure(spark, base, rate, trigger, args.seconds, args.warmup, args.drain, args.sampling_trigger)
             results.append(r)
-            print(f"  {rate:>6,} ev/s  {trigger:12} p50 {r['p50'] * 1000:7,.0f} ms  p99 {r['p99'] * 1000:7,.0f} ms  "
-                  f"({r['received']}/{r['alerts']} alerts)", flush=True)
-    print("\n| events/s | trigger | alerts received | p50 ms | p95 ms | p99 ms | max ms | in Spark p50/p99 ms "
-          "| delivery p50/p99 ms |")
+            print(
+                f"  {rate:>6,} ev/s  {trigger:12} p50 {r['p50'] * 1000:7,.0f} ms  p99 {r['p99'] * 1000:7,.0f} ms  "
+                f"({r['received']}/{r['alerts']} alerts)",
+                flush=True,
+            )
+    print(
+        "\n| events/s | trigger | alerts received | p50 ms | p95 ms | p99 ms | max ms | in Spark p50/p99 ms "
+        "| delivery p50/p99 ms |"
+    )
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
-        print(f"| {r['rate']:,} | `{r['trigger']}` | {r['received']}/{r['alerts']} | {r['p50'] * 1000:,.0f} | "
-              f"{r['p95'] * 1000:,.0f} | {r['p99'] * 1000:,.0f} | {r['max'] * 1000:,.0f} | "
-              f"{r['spark_p50'] * 1000:,.0f} / {r['spark_p99'] * 1000:,.0f} | "
-              f"{r['delivery_p50'] * 1000:,.0f} / {r['delivery_p99'] * 1000:,.0f} |")
+        print(
+            f"| {r['rate']:,} | `{r['trigger']}` | {r['received']}/{r['alerts']} | {r['p50'] * 1000:,.0f} | "
+            f"{r['p95'] * 1000:,.0f} | {r['p99'] * 1000:,.0f} | {r['max'] * 1000:,.0f} | "
+            f"{r['spark_p50'] * 1000:,.0f} / {r['spark_p99'] * 1000:,.0f} | "
+            f"{r['delivery_p50'] * 1000:,.0f} / {r['delivery_p99'] * 1000:,.0f} |"
+        )
     print("\n  micro-batch triggers, median ms per batch phase: " + "  ".join(PHASES))
     for r in results:
         if r["trigger"] != "realtime" and not r["trigger"].startswith("realtime"):
-            print(f"  {r['rate']:>9,}  {r['trigger']:12} " + "  ".join(f"{r['phases_ms'][p]:>{len(p)},.0f}" for p in PHASES))
+            print(
+                f"  {r['rate']:>9,}  {r['trigger']:12} "
+                + "  ".join(f"{r['phases_ms'][p]:>{len(p)},.0f}" for p in PHASES)
+            )
     print()
     targets = {1000: 0.100, 10000: 0.250}
     for rate in rates:
         fast = next(r for r in results if r["rate"] == rate and r["trigger"] == triggers[0])
         base_r = next(r for r in results if r["rate"] == rate and r["trigger"] == triggers[-1])
         target = targets.get(rate)
-        verdict = "" if target is None else (f"; target <= {target * 1000:.0f} ms: "
-                                             + ("meets" if fast["p99"] <= target else "misses"))
-        all_in = "every alert arrived" if all(r["received"] == r["alerts"] for r in results if r["rate"] == rate) \
+        verdict = (
+            ""
+            if target is None
+            else (f"; target <= {target * 1000:.0f} ms: " + ("meets" if fast["p99"] <= target else "misses"))
+        )
+        all_in = (
+            "every alert arrived"
+            if all(r["received"] == r["alerts"] for r in results if r["rate"] == rate)
             else "SOME ALERTS MISSING"
-        print(f"  {rate:,} ev/s: p99 {fast['p99'] * 1000:,.0f} ms with {triggers[0]!r}{verdict}; "
-              f"{triggers[-1]!r} p99 / this p99 = {base_r['p99'] / fast['p99']:.0f}x; {all_in}")
+        )
+        print(
+            f"  {rate:,} ev/s: p99 {fast['p99'] * 1000:,.0f} ms with {triggers[0]!r}{verdict}; "
+            f"{triggers[-1]!r} p99 / this p99 = {base_r['p99'] / fast['p99']:.0f}x; {all_in}"
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 All three come from the same run; the ratios are the figures to compare across machines. Spark start-up
 is excluded (the session is started before the clock runs). The topic has ``partitions`` partitions.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,15 +22,22 @@ from datetime import datetime, timezone
 
 from confluent_kafka import Consumer, TopicPartition
 
-from sensorcep import broker, ingest, simulator
+from sensorcep.local import broker, simulator
+from sensorcep.pipeline import ingest
 from sensorcep.runtime import get_spark
 from sensorcep.settings import env_settings
 
 
 def raw_consume_rate(bootstrap: str, topic: str, expected: int) -> float:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "receive.message.max.bytes": 1_000_000_000,
-                         "fetch.max.bytes": 900_000_000})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "receive.message.max.bytes": 1_000_000_000,
+            "fetch.max.bytes": 900_000_000,
+        }
+    )
     partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     seen, started = 0, time.perf_counter()
@@ -42,11 +50,16 @@ def raw_consume_rate(bootstrap: str, topic: str, expected: int) -> float:
 
 def spark_noop_rate(spark, settings, expected: int) -> float:
     """Spark's Kafka source alone: the topic as an availableNow stream into the noop sink, same batch size."""
-    from sensorcep.kafka import read_kafka
+    from sensorcep.io.kafka import read_kafka
 
     started = time.perf_counter()
-    query = (read_kafka(spark, settings, settings.events_topic).writeStream.format("noop")
-             .option("checkpointLocation", f"{settings.base_path}/checkpoints/noop").trigger(availableNow=True).start())
+    query = (
+        read_kafka(spark, settings, settings.events_topic)
+        .writeStream.format("noop")
+        .option("checkpointLocation", f"{settings.base_path}/checkpoints/noop")
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     elapsed = time.perf_counter() - started
     read = sum(p["numInputRows"] for p in query.recentProgress)
@@ -70,8 +83,9 @@ def main() -> None:
 
 
 def measure(args, settings, topic: str) -> None:
-    sim = simulator.generate(simulator.SimulationConfig(events=args.events, seed=1,
-                                                        start=datetime(2026, 1, 1, tzinfo=timezone.utc)))
+    sim = simulator.generate(
+        simulator.SimulationConfig(events=args.events, seed=1, start=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    )
     simulator.produce(sim, settings.kafka_bootstrap_servers, topic, progress=True)
 
     raw = raw_consume_rate(settings.kafka_bootstrap_servers, topic, args.events)
@@ -94,8 +108,10 @@ def measure(args, settings, topic: str) -> None:
     print(f"ratio ingest / Spark noop   : {rate / noop:>12.3f}")
     for p in batches:
         d = p["durationMs"]
-        print(f"  batch {p['batchId']:>3}: {p['batchDuration']:>6,} ms  "
-              f"(latestOffset {d.get('latestOffset', 0)} ms, addBatch {d.get('addBatch', 0)} ms)")
+        print(
+            f"  batch {p['batchId']:>3}: {p['batchDuration']:>6,} ms  "
+            f"(latestOffset {d.get('latestOffset', 0)} ms, addBatch {d.get('addBatch', 0)} ms)"
+        )
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@
     .venv/bin/python benchmarks/sampling.py --events 200000 --workloads dense --batches 10000
 
 Approaches, all on the same pre-generated micro-batches (a Delta table, one commit per batch, read as a Delta
-stream one commit per trigger, as 02 reads bronze_events, so every approach sees exactly the same batches) and all writing to the ``noop`` sink:
+stream one commit per trigger, as 02 reads bronze_events, so every approach sees exactly the same batches) and all
+writing to the ``noop`` sink:
 
-* ``bucketed``   - sensorcep.sampling.WindowSampler (what 02 runs): transformWithStateInPandas keyed by
+* ``bucketed``   - sensorcep.pipeline.sampling.WindowSampler (what 02 runs): transformWithStateInPandas keyed by
                    sampling scope, each event entering once; one map entry (an Arrow chunk) per slide
                    bucket and batch, an event-time timer per window end reading its buckets;
 * ``whole_list`` - the source design translated to PySpark: applyInPandasWithState keeping the
@@ -25,6 +26,7 @@ duration, state rows (keys) and state memory, JVM heap peak, and the growth of b
 the events held in open windows (slope of a least-squares fit, ms per 10,000 held events). The
 growth plot is saved next to this file (``sampling_growth.png``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,22 +44,31 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from sensorcep import runtime, tuning
-from sensorcep.sampling import PROCESSOR_OUTPUT, WindowSampler, pick_samples, scoped_events
+from sensorcep import runtime
+from sensorcep.observability import tuning
+from sensorcep.pipeline.sampling import (
+    PROCESSOR_OUTPUT,
+    WindowSampler,
+    pick_samples,
+    scoped_events,
+    state_partitions,
+)
 from sensorcep.settings import Settings
 
 WINDOW_S, SLIDE_S, DELAY_S = 60, 30, 30
 RATES = {"sparse": 100, "dense": 1_000}
 STATE_LIST = "device_id array<string>, sensor_freq array<double>, event_time_us array<bigint>"
 SETTINGS = Settings()
+CORES = runtime.local_spark_conf()["spark.sql.shuffle.partitions"]
 
 
 # ------------------------------------------------------------------------------ workload
 def write_workload(folder: Path, events: int, devices: int, rate: int, batch: int, seed: int = 5) -> list[int]:
     """A Delta table, one commit of ``batch`` events per micro-batch, in arrival order (the 04 tuning harness's
     generator): read as a Delta stream, as 02 reads bronze_events."""
-    return tuning.write_workload(folder, tuning.Workload(events=events, devices=devices, rate=rate, batch=batch,
-                                                         seed=seed))
+    return tuning.write_workload(
+        folder, tuning.Workload(events=events, devices=devices, rate=rate, batch=batch, seed=seed)
+    )
 
 
 def batch_files(folder: Path) -> list[Path]:
@@ -86,60 +97,90 @@ def held_events(folder: Path) -> list[int]:
 
 # ------------------------------------------------------------------------------ approaches
 def bucketed(events):
-    return (scoped_events(events, SETTINGS).groupBy("scope").transformWithStateInPandas(
-        WindowSampler(WINDOW_S * 1000, SLIDE_S * 1000, 0.0), PROCESSOR_OUTPUT, "Append", "EventTime"))
+    return (
+        scoped_events(events, SETTINGS)
+        .groupBy("scope")
+        .transformWithStateInPandas(
+            WindowSampler(WINDOW_S * 1000, SLIDE_S * 1000, 0.0), PROCESSOR_OUTPUT, "Append", "EventTime"
+        )
+    )
 
 
 def windowed_events(events):
     """The source design's input: one row per (event, sliding window it falls in), keyed by window start."""
     window = F.window("event_time", f"{WINDOW_S} seconds", f"{SLIDE_S} seconds")
-    return (events.withWatermark("event_time", f"{DELAY_S} seconds")
-            .select(F.unix_millis(window.start).alias("window_start_ms"), "device_id", "sensor_freq", "event_time",
-                    F.unix_micros("event_time").alias("event_time_us")))
+    return events.withWatermark("event_time", f"{DELAY_S} seconds").select(
+        F.unix_millis(window.start).alias("window_start_ms"),
+        "device_id",
+        "sensor_freq",
+        "event_time",
+        F.unix_micros("event_time").alias("event_time_us"),
+    )
 
 
 def _whole_list(key, frames, state):
     if state.hasTimedOut:
         device_id, sensor_freq, event_time_us = state.get
         state.remove()
-        samples = pick_samples(pd.DataFrame({"device_id": device_id, "sensor_freq": sensor_freq,
-                                             "event_time_us": event_time_us}))
+        samples = pick_samples(
+            pd.DataFrame({"device_id": device_id, "sensor_freq": sensor_freq, "event_time_us": event_time_us})
+        )
         samples.insert(0, "window_end_ms", int(key[0]) + WINDOW_S * 1000)
         samples.insert(0, "window_start_ms", int(key[0]))
         yield samples
         return
     new = pd.concat(list(frames), ignore_index=True)
     device_id, sensor_freq, event_time_us = state.get if state.exists else ([], [], [])
-    state.update((list(device_id) + new.device_id.tolist(), list(sensor_freq) + new.sensor_freq.tolist(),
-                  list(event_time_us) + new.event_time_us.tolist()))
+    state.update(
+        (
+            list(device_id) + new.device_id.tolist(),
+            list(sensor_freq) + new.sensor_freq.tolist(),
+            list(event_time_us) + new.event_time_us.tolist(),
+        )
+    )
     state.setTimeoutTimestamp(int(key[0]) + WINDOW_S * 1000)
     yield pd.DataFrame(columns=[f.split()[0] for f in PROCESSOR_OUTPUT.split(", ")])
 
 
 def whole_list(events):
-    return (windowed_events(events).select("window_start_ms", "device_id", "sensor_freq", "event_time_us",
-                                                     "event_time")
-            .groupBy("window_start_ms").applyInPandasWithState(
-                _whole_list, PROCESSOR_OUTPUT, STATE_LIST, "append", GroupStateTimeout.EventTimeTimeout))
+    return (
+        windowed_events(events)
+        .select("window_start_ms", "device_id", "sensor_freq", "event_time_us", "event_time")
+        .groupBy("window_start_ms")
+        .applyInPandasWithState(_whole_list, PROCESSOR_OUTPUT, STATE_LIST, "append", GroupStateTimeout.EventTimeTimeout)
+    )
 
 
 def builtin(events):
     w = F.window("event_time", f"{WINDOW_S} seconds", f"{SLIDE_S} seconds")
-    agg = (events.withWatermark("event_time", f"{DELAY_S} seconds").groupBy(w.alias("w"))
-           .agg(F.sort_array(F.collect_list(F.struct(F.unix_micros("event_time").alias("t"), "device_id",
-                                                     "sensor_freq"))).alias("all")))
+    agg = (
+        events.withWatermark("event_time", f"{DELAY_S} seconds")
+        .groupBy(w.alias("w"))
+        .agg(
+            F.sort_array(
+                F.collect_list(F.struct(F.unix_micros("event_time").alias("t"), "device_id", "sensor_freq"))
+            ).alias("all")
+        )
+    )
     distinct = "filter(all, (e, i) -> i = 0 OR NOT (all[i - 1].t = e.t AND all[i - 1].device_id = e.device_id))"
     picked = (  # posexplode materialises the list once: indexing a derived array in a lambda re-derives it per element
         agg.select("w", F.expr(distinct).alias("evs"))
         .select("w", F.size("evs").alias("n"), F.posexplode("evs").alias("i", "e"))
         .where("i = 0 OR i = n div 2 OR i = n - 1 OR e.sensor_freq < 0")
     )
-    roles = F.expr("filter(array(if(i = 0, 'first', null), if(i = n div 2, 'middle', null), if(i = n - 1, 'last', null),"
-                   " if(e.sensor_freq < 0, 'anomaly', null)), r -> r is not null)")
+    roles = F.expr(
+        "filter(array(if(i = 0, 'first', null), if(i = n div 2, 'middle', null), if(i = n - 1, 'last', null),"
+        " if(e.sensor_freq < 0, 'anomaly', null)), r -> r is not null)"
+    )
     return picked.select(
-        F.unix_millis("w.start").alias("window_start_ms"), F.unix_millis("w.end").alias("window_end_ms"),
-        "e.device_id", "e.sensor_freq", F.col("e.t").alias("event_time_us"), roles.alias("roles"),
-        (F.col("e.sensor_freq") < 0).cast("int").alias("is_anomalous"))
+        F.unix_millis("w.start").alias("window_start_ms"),
+        F.unix_millis("w.end").alias("window_end_ms"),
+        "e.device_id",
+        "e.sensor_freq",
+        F.col("e.t").alias("event_time_us"),
+        roles.alias("roles"),
+        (F.col("e.sensor_freq") < 0).cast("int").alias("is_anomalous"),
+    )
 
 
 class _Floor(StatefulProcessor):
@@ -158,8 +199,11 @@ class _Floor(StatefulProcessor):
 
 
 def tws_floor(events):
-    return (scoped_events(events, SETTINGS).groupBy("scope").transformWithStateInPandas(
-        _Floor(), PROCESSOR_OUTPUT, "Append", "EventTime"))
+    return (
+        scoped_events(events, SETTINGS)
+        .groupBy("scope")
+        .transformWithStateInPandas(_Floor(), PROCESSOR_OUTPUT, "Append", "EventTime")
+    )
 
 
 APPROACHES = {"bucketed": bucketed, "whole_list": whole_list, "builtin": builtin, "tws_floor": tws_floor}
@@ -169,14 +213,22 @@ STORES = {"rocksdb": runtime.OSS_ROCKSDB_PROVIDER, "hdfs": runtime.HDFS_PROVIDER
 # ------------------------------------------------------------------------------ one run
 def run(spark, approach: str, store: str, source: Path, work: Path) -> dict:
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", STORES[store])
+    # the bucketed processor (and its floor) with the partitions 02 gives it: one, for its one key
+    partitions = state_partitions(spark, SETTINGS) if approach in ("bucketed", "tws_floor") else {}
+    spark.conf.set("spark.sql.shuffle.partitions", partitions.get("spark.sql.shuffle.partitions", CORES))
     events = tuning.workload_stream(spark, str(source))
     output = APPROACHES[approach](events)
     digest = {"rows": 0, "hash": 0}
 
     def collect(batch, batch_id):
-        row = batch.select(F.count("*").alias("n"), F.sum(F.xxhash64(
-            "window_start_ms", "device_id", "sensor_freq", "event_time_us", F.array_join("roles", ","))
-            .cast("decimal(38,0)")).alias("h")).first()
+        row = batch.select(
+            F.count("*").alias("n"),
+            F.sum(
+                F.xxhash64(
+                    "window_start_ms", "device_id", "sensor_freq", "event_time_us", F.array_join("roles", ",")
+                ).cast("decimal(38,0)")
+            ).alias("h"),
+        ).first()
         digest["rows"] += row.n
         digest["hash"] = (digest["hash"] + int(row.h or 0)) % (1 << 64)
 
@@ -190,9 +242,13 @@ def run(spark, approach: str, store: str, source: Path, work: Path) -> dict:
 
     sampler = threading.Thread(target=sample_heap, daemon=True)
     sampler.start()
-    query = (output.writeStream.foreachBatch(collect).outputMode("append")
-             .option("checkpointLocation", str(work / f"ckpt-{approach}-{store}")).trigger(processingTime="0 seconds")
-             .start())
+    query = (
+        output.writeStream.foreachBatch(collect)
+        .outputMode("append")
+        .option("checkpointLocation", str(work / f"ckpt-{approach}-{store}"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     query.processAllAvailable()
     query.stop()
     heap["stop"] = True
@@ -202,7 +258,8 @@ def run(spark, approach: str, store: str, source: Path, work: Path) -> dict:
     durations = [p["durationMs"]["triggerExecution"] for p in progress]
     ops = [op for p in progress for op in p.get("stateOperators", [])]
     return {
-        "approach": approach, "store": store,
+        "approach": approach,
+        "store": store,
         "events_per_s": sum(p["numInputRows"] for p in data) / (sum(durations) / 1000),
         "p50_ms": statistics.median(p["durationMs"]["triggerExecution"] for p in data),
         "p95_ms": float(np.percentile([p["durationMs"]["triggerExecution"] for p in data], 95)),
@@ -211,7 +268,8 @@ def run(spark, approach: str, store: str, source: Path, work: Path) -> dict:
         "state_rows_max": max((op["numRowsTotal"] for op in ops), default=0),
         "state_mb_max": max((op["memoryUsedBytes"] for op in ops), default=0) / 2**20,
         "heap_mb_peak": heap["peak"] / 2**20,
-        "output_rows": digest["rows"], "output_hash": digest["hash"],
+        "output_rows": digest["rows"],
+        "output_hash": digest["hash"],
     }
 
 
@@ -253,13 +311,21 @@ def main() -> None:
                             continue  # transformWithState needs RocksDB (multiple column families)
                         started = time.perf_counter()
                         result = run(spark, approach, store, source, work / f"{workload}-{batch}-out")
-                        result.update(workload=workload, batch=batch, held=held,
-                                      slope=slope_ms_per_10k(result["durations_ms"], held),
-                                      wall_s=time.perf_counter() - started)
+                        result.update(
+                            workload=workload,
+                            batch=batch,
+                            held=held,
+                            slope=slope_ms_per_10k(result["durations_ms"], held),
+                            wall_s=time.perf_counter() - started,
+                        )
                         results.append(result)
-                        print(f"  {workload:6} {batch:>7,} {store:7} {approach:10} {result['events_per_s']:>9,.0f} ev/s "
-                              f"p50 {result['p50_ms']:>6,.0f} ms  p95 {result['p95_ms']:>6,.0f} ms  "
-                              f"({result['wall_s']:.0f} s, {result['output_rows']} rows, hash {result['output_hash'] % 10**6:06d})", flush=True)
+                        print(
+                            f"  {workload:6} {batch:>7,} {store:7} {approach:10} {result['events_per_s']:>9,.0f} ev/s "
+                            f"p50 {result['p50_ms']:>6,.0f} ms  p95 {result['p95_ms']:>6,.0f} ms  "
+                            f"({result['wall_s']:.0f} s, {result['output_rows']} rows, "
+                            f"hash {result['output_hash'] % 10**6:06d})",
+                            flush=True,
+                        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report(results)
@@ -267,12 +333,16 @@ def main() -> None:
 
 
 def report(results: list[dict]) -> None:
-    print("\nworkload  batch    store    approach      events/s   p50 ms   p95 ms  commit ms  state rows  "
-          "state MB  heap MB  ms/10k held  output rows")
+    print(
+        "\nworkload  batch    store    approach      events/s   p50 ms   p95 ms  commit ms  state rows  "
+        "state MB  heap MB  ms/10k held  output rows"
+    )
     for r in results:
-        print(f"{r['workload']:8} {r['batch']:>7,}  {r['store']:7}  {r['approach']:10} {r['events_per_s']:>11,.0f} "
-              f"{r['p50_ms']:>8,.0f} {r['p95_ms']:>8,.0f} {r['commit_ms']:>10,.0f} {r['state_rows_max']:>11,} "
-              f"{r['state_mb_max']:>9,.1f} {r['heap_mb_peak']:>8,.0f} {r['slope']:>12,.1f} {r['output_rows']:>12,}")
+        print(
+            f"{r['workload']:8} {r['batch']:>7,}  {r['store']:7}  {r['approach']:10} {r['events_per_s']:>11,.0f} "
+            f"{r['p50_ms']:>8,.0f} {r['p95_ms']:>8,.0f} {r['commit_ms']:>10,.0f} {r['state_rows_max']:>11,} "
+            f"{r['state_mb_max']:>9,.1f} {r['heap_mb_peak']:>8,.0f} {r['slope']:>12,.1f} {r['output_rows']:>12,}"
+        )
     print("\nratios (same run):")
     by = {(r["workload"], r["batch"], r["store"], r["approach"]): r for r in results}
     for (workload, batch, store, approach), r in sorted(by.items()):
@@ -280,8 +350,10 @@ def report(results: list[dict]) -> None:
             continue
         floor = by.get((workload, batch, store, "tws_floor"))
         if floor:
-            print(f"  {workload:6} {batch:>7,} {store}: bucketed p50 {r['p50_ms']:,.0f} ms, of which the "
-                  f"transformWithStateInPandas framework alone (tws_floor) {floor['p50_ms']:,.0f} ms")
+            print(
+                f"  {workload:6} {batch:>7,} {store}: bucketed p50 {r['p50_ms']:,.0f} ms, of which the "
+                f"transformWithStateInPandas framework alone (tws_floor) {floor['p50_ms']:,.0f} ms"
+            )
         targets = {"builtin": 0.8 if batch >= 100_000 else 0.7}  # the issue's targets
         if workload == "dense":
             targets["whole_list"] = 2.0
@@ -290,8 +362,11 @@ def report(results: list[dict]) -> None:
             if o:
                 target = targets.get(other)
                 ratio = r["events_per_s"] / o["events_per_s"]
-                verdict = "no target" if target is None else f"target {target}x: " + (
-                    "meets" if ratio >= target else "misses")
+                verdict = (
+                    "no target"
+                    if target is None
+                    else f"target {target}x: " + ("meets" if ratio >= target else "misses")
+                )
                 print(f"  {workload:6} {batch:>7,} {store}: bucketed / {other:10} = {ratio:4.2f}x ({verdict})")
     groups: dict = {}
     for r in results:
@@ -309,14 +384,21 @@ def plot(results: list[dict], path: str) -> None:
 
     panels = sorted({(r["workload"], r["batch"]) for r in results})
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
-    for ax, (workload, batch) in zip(axes[0], panels):
+    for ax, (workload, batch) in zip(axes[0], panels, strict=False):
         for r in results:
             if (r["workload"], r["batch"]) == (workload, batch):
                 n = min(len(r["durations_ms"]), len(r["held"]))
-                ax.scatter(np.array(r["held"][:n]) / 1000, np.array(r["durations_ms"][:n]) / 1000, s=8,
-                           label=f"{r['approach']} ({r['store']})")
-        ax.set(title=f"{workload}, {batch:,} events/batch", xlabel="events held in open windows (thousands)",
-               ylabel="batch duration (s)")
+                ax.scatter(
+                    np.array(r["held"][:n]) / 1000,
+                    np.array(r["durations_ms"][:n]) / 1000,
+                    s=8,
+                    label=f"{r['approach']} ({r['store']})",
+                )
+        ax.set(
+            title=f"{workload}, {batch:,} events/batch",
+            xlabel="events held in open windows (thousands)",
+            ylabel="batch duration (s)",
+        )
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)

@@ -6,16 +6,18 @@
 
 A producer process sends ``--rate`` events/s (current event times, 1,000 devices, 1% anomalies) to a fresh topic
 while the ingest, sampling, device-activity, alert and anomalies-record queries run continuously in one Spark
-application (their FAIR pools; ``--alerts-trigger`` for alerts, ``--trigger`` for the others). Every minute it prints, per query:
-input rate vs processing rate over that minute (offsets produced / processed per second of wall clock, so a query
-that cannot keep up shows a lower number), p95 batch time, state rows, and how far behind the topic's end the query is (lag, in events and in
-seconds of input); plus the live JVM heap and the CPU cores each part uses. At the end: whether state rows and the live heap stayed flat (windows are freed)
-and every query kept up (its lag did not grow from the first half to the second). After the producer stops: how
-long each query takes to process the whole topic. The run's topics are deleted at the end.
+application (their FAIR pools; ``--alerts-trigger`` for alerts, ``--trigger`` for the others). Every minute it
+prints, per query: input rate vs processing rate over that minute (offsets produced / processed per second of wall
+clock, so a query that cannot keep up shows a lower number), p95 batch time, state rows, and how far behind the
+topic's end the query is (lag, in events and in seconds of input); plus the live JVM heap and the CPU cores each
+part uses. At the end: whether state rows and the live heap stayed flat (windows are freed) and every query kept up
+(its lag did not grow from the first half to the second). After the producer stops: how long each query takes to
+process the whole topic. The run's topics are deleted at the end.
 
 Measure on a freshly started broker with nothing else running (``make broker-down``, ``rm -rf .broker``,
 ``make broker-up``): the machine has 2 cores; the producer and the broker take about a sixth of one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,18 +32,21 @@ from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from alert_latency import produce_steady  # noqa: E402 - the same steady producer, in its own process
 import psutil  # noqa: E402
+from alert_latency import produce_steady  # noqa: E402 - the same steady producer, in its own process
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from sensorcep import alerts, broker, device_activity, ingest, sampling  # noqa: E402
 from sensorcep.runtime import get_spark  # noqa: E402
 from sensorcep.settings import env_settings, parse_duration  # noqa: E402
 
-
-STARTERS = {"ingest": ingest.start_ingest, "sampling": sampling.start_sampling,
-            "device_activity": device_activity.start_device_activity, "alerts": alerts.start_alerts,
-            "anomalies": alerts.start_anomalies}
+STARTERS = {
+    "ingest": ingest.start_ingest,
+    "sampling": sampling.start_sampling,
+    "device_activity": device_activity.start_device_activity,
+    "alerts": alerts.start_alerts,
+    "anomalies": alerts.start_anomalies,
+}
 
 
 class CpuMeter:
@@ -59,9 +64,13 @@ class CpuMeter:
     def _groups(self) -> dict[str, list[psutil.Process]]:
         me = psutil.Process()
         jvms = [c for c in me.children() if c.name() == "java"]
-        return {"spark JVM": jvms, "python workers": [d for j in jvms for d in j.children(recursive=True)],
-                "driver": [me], "producer": [psutil.Process(self.producer_pid)],
-                "broker": [p for p in psutil.process_iter(["cmdline"]) if "kafka.Kafka" in (p.info["cmdline"] or [])]}
+        return {
+            "spark JVM": jvms,
+            "python workers": [d for j in jvms for d in j.children(recursive=True)],
+            "driver": [me],
+            "producer": [psutil.Process(self.producer_pid)],
+            "broker": [p for p in psutil.process_iter(["cmdline"]) if "kafka.Kafka" in (p.info["cmdline"] or [])],
+        }
 
     def read(self) -> dict[str, float]:
         now, used = time.monotonic(), {}
@@ -83,7 +92,9 @@ class CpuMeter:
 def topic_end(consumer, topic: str) -> int:
     """The end offsets of the events topic summed over its partitions: everything produced so far."""
     partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1] for p in partitions)
+    return sum(
+        consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1] for p in partitions
+    )
 
 
 def processed_end(progress: dict | None) -> int:
@@ -103,11 +114,19 @@ def minute_row(query, since: datetime, end_offset: int, processed_before: int, r
     state = sum(o.get("numRowsTotal", 0) for o in (last or {}).get("stateOperators", [])) if last else 0
     processed = processed_end(last)
     lag = max(0, end_offset - processed)
-    return {"minute": minute, "query": query.name, "batches": len(recent), "processed_end": processed,
-            "processed_per_s": (processed - processed_before) / 60,
-            "batch_p95_ms": (statistics.quantiles(durations, n=20)[-1] if len(durations) >= 2
-                             else (durations[0] if durations else 0)),
-            "state_rows": state, "lag_events": lag, "lag_s": lag / rate}
+    return {
+        "minute": minute,
+        "query": query.name,
+        "batches": len(recent),
+        "processed_end": processed,
+        "processed_per_s": (processed - processed_before) / 60,
+        "batch_p95_ms": (
+            statistics.quantiles(durations, n=20)[-1] if len(durations) >= 2 else (durations[0] if durations else 0)
+        ),
+        "state_rows": state,
+        "lag_events": lag,
+        "lag_s": lag / rate,
+    }
 
 
 def main() -> None:
@@ -116,17 +135,23 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=4_000, help="events per second")
     parser.add_argument("--trigger", default="10 seconds", help="ingest, sampling and device-activity trigger")
     parser.add_argument("--alerts-trigger", default="0 seconds")
-    parser.add_argument("--queries", default=",".join(STARTERS),
-                        help="comma-separated subset, to see what one query costs on its own")
+    parser.add_argument(
+        "--queries", default=",".join(STARTERS), help="comma-separated subset, to see what one query costs on its own"
+    )
     args = parser.parse_args()
     unknown = set(args.queries.split(",")) - set(STARTERS)
     if unknown:
         parser.error(f"unknown --queries {sorted(unknown)}; choose from {', '.join(STARTERS)}")
 
     run = uuid.uuid4().hex[:8]
-    settings = env_settings(events_topic=f"soak-events-{run}", alerts_topic=f"soak-alerts-{run}",
-                            base_path=tempfile.mkdtemp(prefix="bench-soak-"), trigger=args.trigger,
-                            alerts_trigger=args.alerts_trigger, max_offsets_per_trigger=0)
+    settings = env_settings(
+        events_topic=f"soak-events-{run}",
+        alerts_topic=f"soak-alerts-{run}",
+        base_path=tempfile.mkdtemp(prefix="bench-soak-"),
+        trigger=args.trigger,
+        alerts_trigger=args.alerts_trigger,
+        max_offsets_per_trigger=0,
+    )
     broker.wait_until_ready(settings.kafka_bootstrap_servers, timeout=10)
     with broker.scratch_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic]):
         soak(args, settings, run)
@@ -137,15 +162,23 @@ def soak(args, settings, run: str) -> None:
     jvm = spark.sparkContext._jvm
     offsets = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": f"soak-{run}"})
     out = multiprocessing.Queue()
-    producer = multiprocessing.Process(target=produce_steady, daemon=True, args=(
-        settings.kafka_bootstrap_servers, settings.events_topic, args.rate, args.minutes * 60, out))
+    producer = multiprocessing.Process(
+        target=produce_steady,
+        daemon=True,
+        args=(settings.kafka_bootstrap_servers, settings.events_topic, args.rate, args.minutes * 60, out),
+    )
     queries = [STARTERS[name](spark, settings, wait=False) for name in args.queries.split(",")]
     producer.start()
     cpu = CpuMeter(producer.pid)
-    print(f"soak: {args.rate:,} events/s for {args.minutes} min; trigger {args.trigger}, alerts {args.alerts_trigger}; "
-          f"topic {settings.events_topic}", flush=True)
-    print(f"{'min':>3} {'query':16} {'batches':>7} {'in/s':>7} {'processed/s':>11} {'p95 ms':>7} {'state rows':>10} "
-          f"{'lag events':>10} {'lag s':>6} {'live heap MB':>12}")
+    print(
+        f"soak: {args.rate:,} events/s for {args.minutes} min; trigger {args.trigger}, alerts {args.alerts_trigger}; "
+        f"topic {settings.events_topic}",
+        flush=True,
+    )
+    print(
+        f"{'min':>3} {'query':16} {'batches':>7} {'in/s':>7} {'processed/s':>11} {'p95 ms':>7} {'state rows':>10} "
+        f"{'lag events':>10} {'lag s':>6} {'live heap MB':>12}"
+    )
     rows, heaps, cores, started, produced_before, done = [], [], [], time.monotonic(), 0, {}
     for minute in range(1, args.minutes + 1):
         since = datetime.now().astimezone()
@@ -161,16 +194,20 @@ def soak(args, settings, run: str) -> None:
             done[query.name] = row["processed_end"]
             row["input_per_s"] = (end - produced_before) / 60
             rows.append(row)
-            print(f"{minute:>3} {row['query']:16} {row['batches']:>7} {row['input_per_s']:>7,.0f} "
-                  f"{row['processed_per_s']:>11,.0f} {row['batch_p95_ms']:>7,.0f} {row['state_rows']:>10,} "
-                  f"{row['lag_events']:>10,} {row['lag_s']:>6.1f} {used:>12,.0f}", flush=True)
+            print(
+                f"{minute:>3} {row['query']:16} {row['batches']:>7} {row['input_per_s']:>7,.0f} "
+                f"{row['processed_per_s']:>11,.0f} {row['batch_p95_ms']:>7,.0f} {row['state_rows']:>10,} "
+                f"{row['lag_events']:>10,} {row['lag_s']:>6.1f} {used:>12,.0f}",
+                flush=True,
+            )
         produced_before = end
         cores.append(cpu.read())
         print(f"    cpu cores: {cpu_line(cores[-1])}", flush=True)
     out.get(timeout=120)  # the producer hands back its send log before it can exit
     producer.join(timeout=60)
-    drained = drain(queries, lambda name: topic_end(offsets, source_topics(settings).get(name, settings.events_topic)),
-                    args.trigger)
+    drained = drain(
+        queries, lambda name: topic_end(offsets, source_topics(settings).get(name, settings.events_topic)), args.trigger
+    )
     verdict(rows, heaps, live_heap_mb(jvm), args)
     mean = {group: statistics.mean(c[group] for c in cores) for group in cores[0]}
     print(f"  mean cpu cores over the run: {cpu_line(mean)}")
@@ -180,8 +217,10 @@ def soak(args, settings, run: str) -> None:
 
 
 def cpu_line(cores: dict[str, float]) -> str:
-    return " | ".join(f"{group} {used:.2f}" for group, used in cores.items()) + \
-        f" | total {sum(cores.values()):.2f} of {psutil.cpu_count()}"
+    return (
+        " | ".join(f"{group} {used:.2f}" for group, used in cores.items())
+        + f" | total {sum(cores.values()):.2f} of {psutil.cpu_count()}"
+    )
 
 
 def source_topics(settings) -> dict[str, str]:
@@ -196,16 +235,21 @@ def drain(queries, produced_of, trigger: str, timeout_s: float = 600) -> str:
     started, caught_up = time.monotonic(), {}
     while len(caught_up) < len(queries) and time.monotonic() - started < timeout_s:
         for query in queries:
-            if query.name not in caught_up and query.lastProgress and \
-                    processed_end(json.loads(query.lastProgress.json)) >= produced_of(query.name):
+            if (
+                query.name not in caught_up
+                and query.lastProgress
+                and processed_end(json.loads(query.lastProgress.json)) >= produced_of(query.name)
+            ):
                 caught_up[query.name] = time.monotonic() - started
         time.sleep(0.5)
     missing = [q.name for q in queries if q.name not in caught_up]
     if missing:
         return f"  drain: {', '.join(missing)} did NOT process all of their topic within {timeout_s:.0f} s"
     times = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in caught_up.items())
-    return f"  drain: every query processed all of its topic; caught up after the producer stopped: {times} " \
-           f"(trigger {trigger})"
+    return (
+        f"  drain: every query processed all of its topic; caught up after the producer stopped: {times} "
+        f"(trigger {trigger})"
+    )
 
 
 def live_heap_mb(jvm, readings: int = 3) -> float:
@@ -238,15 +282,19 @@ def verdict(rows: list[dict], heaps: list[float], idle_heap: float, args) -> Non
         lag_late = statistics.mean(r["lag_s"] for r in late)
         flat = state_late <= 1.5 * max(state_early, 1)
         kept_up = lag_late <= 1.25 * lag_early + parse_duration(args.trigger)
-        print(f"  {query:16} state rows {'flat' if flat else 'GROWING'} (max {state_early:,} then {state_late:,}); "
-              f"mean lag {lag_early:.1f} s then {lag_late:.1f} s: {'kept up' if kept_up else 'FELL BEHIND'}")
+        print(
+            f"  {query:16} state rows {'flat' if flat else 'GROWING'} (max {state_early:,} then {state_late:,}); "
+            f"mean lag {lag_early:.1f} s then {lag_late:.1f} s: {'kept up' if kept_up else 'FELL BEHIND'}"
+        )
     early_heap, late_heap = heaps[2:half], heaps[half:]
     if early_heap and late_heap:
         bound = 1.5 * max(early_heap)
         flat = statistics.median(late_heap) <= bound and idle_heap <= bound
-        print(f"  live JVM heap: max {max(early_heap):,.0f} MB in minutes 3-{half}, then median "
-              f"{statistics.median(late_heap):,.0f} MB (max {max(late_heap):,.0f}); {idle_heap:,.0f} MB once drained "
-              f"(queries idle): {'flat' if flat else 'GROWING'}")
+        print(
+            f"  live JVM heap: max {max(early_heap):,.0f} MB in minutes 3-{half}, then median "
+            f"{statistics.median(late_heap):,.0f} MB (max {max(late_heap):,.0f}); {idle_heap:,.0f} MB once drained "
+            f"(queries idle): {'flat' if flat else 'GROWING'}"
+        )
 
 
 if __name__ == "__main__":

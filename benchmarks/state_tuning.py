@@ -3,10 +3,11 @@
     .venv/bin/python benchmarks/state_tuning.py                 # full matrix (about 15 minutes on 2 cores)
     .venv/bin/python benchmarks/state_tuning.py --preset quick  # the CI / job smoke matrix
 
-Prints the tidy table of ``sensorcep.tuning.run_matrix`` (same code as the notebook), the p95 commit-time
+Prints the tidy table of ``sensorcep.observability.tuning.run_matrix`` (same code as the notebook), the p95 commit-time
 ratios of RocksDB + changelog checkpointing against plain RocksDB and the HDFS store measured in the same
 run, and the recommendation. ``--save`` also appends the table to Delta ``tuning_results``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,8 @@ import tempfile
 
 import pandas as pd
 
-from sensorcep import runtime, tuning
+from sensorcep import runtime
+from sensorcep.observability import tuning
 from sensorcep.settings import env_settings
 
 
@@ -30,8 +32,18 @@ def main() -> None:
     if args.save:
         print("saved to", tuning.save_results(spark, table, settings))
     pd.set_option("display.width", 200)
-    columns = ["query", "preset", "events_per_s", "batch_p50_ms", "batch_p95_ms", "batch_max_ms", "commit_p50_ms",
-               "commit_p95_ms", "state_rows_max", "state_memory_mb_max"]
+    columns = [
+        "query",
+        "preset",
+        "events_per_s",
+        "batch_p50_ms",
+        "batch_p95_ms",
+        "batch_max_ms",
+        "commit_p50_ms",
+        "commit_p95_ms",
+        "state_rows_max",
+        "state_memory_mb_max",
+    ]
     print()
     print(table[columns].round(1).to_string(index=False))
     print("\np95 commit time ratios (same run):")
@@ -42,8 +54,10 @@ def main() -> None:
         changelog = rows.loc["rocksdb_changelog", "commit_p95_ms"]
         for other in ("rocksdb", "hdfs"):
             if other in rows.index:
-                print(f"  {query:13} rocksdb_changelog / {other:8} = {changelog / rows.loc[other, 'commit_p95_ms']:.2f}x "
-                      f"({changelog:,.0f} vs {rows.loc[other, 'commit_p95_ms']:,.0f} ms)")
+                print(
+                    f"  {query:13} rocksdb_changelog / {other:8} = {changelog / rows.loc[other, 'commit_p95_ms']:.2f}x "
+                    f"({changelog:,.0f} vs {rows.loc[other, 'commit_p95_ms']:,.0f} ms)"
+                )
     print()
     print(tuning.recommend(table))
 

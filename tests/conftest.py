@@ -4,6 +4,7 @@ The broker (Apache Kafka, KRaft) runs on its own port with its data in a tempora
 by nbmake inherit ``SENSORCEP_*`` environment variables pointing them at it and at a temporary base
 path, with a small simulated data set already in their topic.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,43 +15,54 @@ from pathlib import Path
 import pytest
 
 TEST_BROKER = "127.0.0.1:19092"
+CONNECT_PORT = 19002  # the test session also serves Spark Connect (test_connect.py)
 SESSION_DIR = Path(tempfile.mkdtemp(prefix="sensorcep-tests-"))
 NOTEBOOK_START = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
 
 
 def pytest_sessionstart(session):
-    from sensorcep import broker, simulator
+    from sensorcep.local import broker, simulator
 
-    os.environ.update({
-        "SENSORCEP_KAFKA_BOOTSTRAP_SERVERS": TEST_BROKER,
-        "SENSORCEP_BASE_PATH": str(SESSION_DIR / "notebooks"),
-        "SENSORCEP_EVENTS_TOPIC": "nb-sensor-events",
-        "SENSORCEP_ALERTS_TOPIC": "nb-sensor-alerts",
-        "SENSORCEP_ACKS_TOPIC": "nb-sensor-alert-acks",
-        "SENSORCEP_MAX_OFFSETS_PER_TRIGGER": "2000",
-        "SENSORCEP_ALERTS_TRIGGER": "realtime:5 seconds",  # 03 and 05 run the real-time alert query
-        "SENSORCEP_DEVICE_TIMEOUT": "20 seconds",
-        "SENSORCEP_DRIVER_MEMORY": "3g",
-        "SENSORCEP_RUN_DIR": str(SESSION_DIR / "run"),  # where notebooks save their plots (not the source tree)
-    })
+    os.environ.update(
+        {
+            "SENSORCEP_KAFKA_BOOTSTRAP_SERVERS": TEST_BROKER,
+            "SENSORCEP_BASE_PATH": str(SESSION_DIR / "notebooks"),
+            "SENSORCEP_EVENTS_TOPIC": "nb-sensor-events",
+            "SENSORCEP_ALERTS_TOPIC": "nb-sensor-alerts",
+            "SENSORCEP_ACKS_TOPIC": "nb-sensor-alert-acks",
+            "SENSORCEP_MAX_OFFSETS_PER_TRIGGER": "2000",
+            "SENSORCEP_ALERTS_TRIGGER": "realtime:5 seconds",  # 03 and 05 run the real-time alert query
+            "SENSORCEP_DEVICE_TIMEOUT": "20 seconds",
+            "SENSORCEP_DRIVER_MEMORY": "3g",
+            "SENSORCEP_RUN_DIR": str(SESSION_DIR / "run"),  # where notebooks save their plots (not the source tree)
+        }
+    )
     broker.up(TEST_BROKER, SESSION_DIR / "broker")
     broker.create_topics(TEST_BROKER, ["nb-sensor-events", "nb-sensor-alerts", "nb-sensor-alert-acks"])
-    sim = simulator.generate(simulator.SimulationConfig(events=6_000, devices=50, seed=7, start=NOTEBOOK_START, rate=50))
+    sim = simulator.generate(
+        simulator.SimulationConfig(events=6_000, devices=50, seed=7, start=NOTEBOOK_START, rate=50)
+    )
     simulator.produce(sim, TEST_BROKER, "nb-sensor-events")
     simulator.produce_records(simulator.acknowledgements(sim), TEST_BROKER, "nb-sensor-alert-acks")
 
 
 def pytest_sessionfinish(session, exitstatus):
-    from sensorcep import broker
+    from sensorcep.local import broker
 
     broker.down(SESSION_DIR / "broker")
 
 
 @pytest.fixture(scope="session")
 def spark():
-    from sensorcep.runtime import get_spark
+    """The test session; it also serves Spark Connect on ``CONNECT_PORT`` (the variable is set only while it starts:
+    the notebooks' kernels start their own sessions and must not bind the port again)."""
+    from sensorcep.runtime import CONNECT_PORT_ENV, get_spark
 
-    return get_spark()
+    os.environ[CONNECT_PORT_ENV] = str(CONNECT_PORT)
+    try:
+        return get_spark()
+    finally:
+        del os.environ[CONNECT_PORT_ENV]
 
 
 @pytest.fixture(scope="session")
@@ -64,5 +76,11 @@ def settings(tmp_path, request):
     from sensorcep.settings import Settings
 
     name = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")[:60]
-    return Settings(kafka_bootstrap_servers=TEST_BROKER, base_path=str(tmp_path), events_topic=f"ev-{name}",
-                    alerts_topic=f"al-{name}", acks_topic=f"ack-{name}", max_offsets_per_trigger=1_000)
+    return Settings(
+        kafka_bootstrap_servers=TEST_BROKER,
+        base_path=str(tmp_path),
+        events_topic=f"ev-{name}",
+        alerts_topic=f"al-{name}",
+        acks_topic=f"ack-{name}",
+        max_offsets_per_trigger=1_000,
+    )

@@ -1,4 +1,5 @@
 """Crash a pipeline run on purpose: ``kill -9`` its process once it has committed a first Delta batch."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,10 @@ def kill_after_first_commit(call: str, settings, table: str, timeout_s: float = 
     ``call`` is e.g. ``"ingest.start_ingest"``. Fails if the run ends before it could be killed.
     """
     module, function = call.split(".")
-    code = (f"from sensorcep import {module}; from sensorcep.runtime import get_spark; "
-            f"from sensorcep.settings import Settings; {call}(get_spark(), Settings(**{settings.__dict__!r}))")
+    code = (
+        f"from sensorcep import {module}; from sensorcep.runtime import get_spark; "
+        f"from sensorcep.settings import Settings; {call}(get_spark(), Settings(**{settings.__dict__!r}))"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     delta_log = os.path.join(settings.table_path(table), "_delta_log")
     deadline = time.monotonic() + timeout_s

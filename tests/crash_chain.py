@@ -6,6 +6,7 @@
 Same driver, kill points and comparison as ``tests/test_crash_recovery.py`` (both runs are driver processes
 here), on a fresh topic of the local broker; prints each kill and the per-table verdict, exits 1 on a difference.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,7 @@ from streams import topic_records  # noqa: E402
 from test_crash_recovery import COMPARED, _rows, kill_points, run_driver  # noqa: E402
 
 from sensorcep import simulator  # noqa: E402
-from sensorcep.broker import create_topics  # noqa: E402
+from sensorcep.local.broker import create_topics  # noqa: E402
 from sensorcep.settings import env_settings  # noqa: E402
 
 
@@ -32,15 +33,25 @@ def main() -> None:
     args = parser.parse_args()
 
     run, base = uuid.uuid4().hex[:8], Path(tempfile.mkdtemp(prefix="crash-chain-"))
-    common = dict(events_topic=f"chain-events-{run}", max_offsets_per_trigger=300, trigger="availableNow",
-                  alerts_trigger="availableNow")
+    common = dict(
+        events_topic=f"chain-events-{run}",
+        max_offsets_per_trigger=300,
+        trigger="availableNow",
+        alerts_trigger="availableNow",
+    )
     reference = env_settings(base_path=str(base / "reference"), alerts_topic=f"chain-alerts-ref-{run}", **common)
     crashed = env_settings(base_path=str(base / "crashed"), alerts_topic=f"chain-alerts-{run}", **common)
     bootstrap = reference.kafka_bootstrap_servers
     create_topics(bootstrap, [reference.events_topic, reference.alerts_topic, crashed.alerts_topic])
-    simulator.produce(simulator.generate(simulator.SimulationConfig(
-        events=args.events, devices=30, seed=args.seed, rate=50, malformed_share=0.03, duplicate_share=0.03)),
-        bootstrap, reference.events_topic)
+    simulator.produce(
+        simulator.generate(
+            simulator.SimulationConfig(
+                events=args.events, devices=30, seed=args.seed, rate=50, malformed_share=0.03, duplicate_share=0.03
+            )
+        ),
+        bootstrap,
+        reference.events_topic,
+    )
     assert run_driver(reference, None) == 0
     for i, point in enumerate(kill_points(args.seed, args.kills), 1):
         print(f"kill {i:>2}/{args.kills} at {point:20} -> exit {run_driver(crashed, point)}", flush=True)

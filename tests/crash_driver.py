@@ -1,4 +1,5 @@
-"""The pipeline's Kafka queries (ingest, sampling, alerts + their anomalies record), availableNow, in their own process: for kill -9 tests.
+"""The pipeline's Kafka queries (ingest, sampling, alerts + their anomalies record), availableNow, in their own
+process: for kill -9 tests.
 
     python tests/crash_driver.py '<settings as JSON>' [point]
 
@@ -10,6 +11,7 @@
 
 Without ``point`` the run goes to the end (the test may still kill it from outside at a random time).
 """
+
 from __future__ import annotations
 
 import json
@@ -43,7 +45,7 @@ def arm(point: str) -> None:
 
 
 def main() -> None:
-    from sensorcep import alerts, ingest, sampling
+    from sensorcep.pipeline import alerts, ingest, sampling
     from sensorcep.runtime import get_spark
     from sensorcep.settings import Settings
 

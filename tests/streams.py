@@ -1,4 +1,5 @@
 """Controlled micro-batches for streaming tests: one Parquet file per batch, read one file per trigger."""
+
 from __future__ import annotations
 
 import os
@@ -36,7 +37,7 @@ def batch_stream(spark, folder: Path):
 
 def delta_frame(path: str, columns: list[str] | None = None, version: int | None = None) -> pd.DataFrame:
     """A Delta table read with Delta's Spark connector (the test session's), as pandas; timestamps UTC-aware."""
-    from sensorcep import delta
+    from sensorcep.io import delta
     from sensorcep.runtime import get_spark
 
     df = delta.read_table(get_spark(), str(path), version)
@@ -61,16 +62,30 @@ def sample_rows(settings) -> list[tuple]:
     table = delta_frame(settings.table_path("sensor_samples"))
     us = lambda t: pd.Timestamp(t).value // 1000  # noqa: E731 - naive or UTC, both mean UTC here
     return sorted(
-        (us(r.window_start) // 1000, us(r.window_end) // 1000, r.device_id, float(r.sensor_freq), us(r.event_time),
-         tuple(r.roles), int(r.is_anomalous))
+        (
+            us(r.window_start) // 1000,
+            us(r.window_end) // 1000,
+            r.device_id,
+            float(r.sensor_freq),
+            us(r.event_time),
+            tuple(r.roles),
+            int(r.is_anomalous),
+        )
         for r in table.itertuples(index=False)
     )
 
 
 def oracle_rows(frame: pd.DataFrame) -> list[tuple]:
     return sorted(
-        (int(r.window_start_ms), int(r.window_end_ms), r.device_id, float(r.sensor_freq), int(r.event_time_us),
-         tuple(r.roles), int(r.is_anomalous))
+        (
+            int(r.window_start_ms),
+            int(r.window_end_ms),
+            r.device_id,
+            float(r.sensor_freq),
+            int(r.event_time_us),
+            tuple(r.roles),
+            int(r.is_anomalous),
+        )
         for r in frame.itertuples(index=False)
     )
 
@@ -82,10 +97,20 @@ def produce_acknowledged(records: pd.DataFrame, bootstrap: str, topic: str, ackn
 
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
-                         "delivery.timeout.ms": 180_000, "log_level": 0})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "delivery.timeout.ms": 180_000,
+            "log_level": 0,
+        }
+    )
     started = time.monotonic()
-    for i, (index, key, value, ts) in enumerate(zip(records.index, records.key, records.value, records.timestamp_ms)):
+    for i, (index, key, value, ts) in enumerate(
+        zip(records.index, records.key, records.value, records.timestamp_ms, strict=False)
+    ):
+
         def on_delivery(err, _msg, index=index):
             if err is None:
                 acknowledged.add(index)
@@ -116,8 +141,14 @@ def topic_records(bootstrap: str, topic: str) -> list[tuple[int, int, bytes, byt
 
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "receive.message.max.bytes": 1_000_000_000})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"t-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "receive.message.max.bytes": 1_000_000_000,
+        }
+    )
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         ranges = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in partitions}

@@ -1,17 +1,19 @@
 """03 anomaly alerts: content and alert_id, crash + restart, escalation semantics, FAIR pools side by side."""
+
 from __future__ import annotations
 
 import json
 
 import pandas as pd
 import pytest
-from pyspark.sql import functions as F
-
-from sensorcep import alerts, sampling, simulator
-from sensorcep.broker import create_topics
-from sensorcep.streaming import finish, start_query, stop_when_caught_up
 from crash import kill_after_first_commit
+from pyspark.sql import functions as F
 from streams import T0, T0_US, batch_stream, delta_frame, events, topic_end_offsets, topic_records, write_batches
+
+from sensorcep.local import simulator
+from sensorcep.local.broker import create_topics
+from sensorcep.pipeline import alerts, sampling
+from sensorcep.pipeline.streaming import finish, start_query, stop_when_caught_up
 
 pytestmark = pytest.mark.integration
 
@@ -26,23 +28,30 @@ def test_alert_id_is_the_same_in_python_and_spark(spark):
     rows = spark.createDataFrame(frame.assign(event_time=pd.to_datetime(frame.event_time_us, unit="us", utc=True)))
     got = rows.select("device_id", "event_time_us", alerts.alert_id_column("sensor_freq < 0").alias("id")).collect()
     assert {(r.device_id, r.id) for r in got} == {
-        (r.device_id, alerts.alert_id(r.device_id, r.event_time_us, "sensor_freq < 0")) for r in got}
+        (r.device_id, alerts.alert_id(r.device_id, r.event_time_us, "sensor_freq < 0")) for r in got
+    }
     assert len({r.id for r in got}) == 2 and all(len(r.id) == 32 for r in got)
 
 
 def test_each_anomaly_becomes_one_alert_with_its_fields(spark, settings, tmp_path):
     create_topics(settings.kafka_bootstrap_servers, [settings.alerts_topic])
-    batches = [events(("a", -1.5, 10), ("b", 0.0, 11), ("c", 3.0, 12)),
-               events(("d", -4.0, 200)),
-               events(("a", -2.5, 5))]  # 195 s behind: far too late for windows, still an alert
+    batches = [
+        events(("a", -1.5, 10), ("b", 0.0, 11), ("c", 3.0, 12)),
+        events(("d", -4.0, 200)),
+        events(("a", -2.5, 5)),
+    ]  # 195 s behind: far too late for windows, still an alert
     write_batches(tmp_path / "in", batches)
     settings = settings.replace(alerts_trigger="availableNow")
-    alerts.start_alerts(spark, settings, events=batch_stream(spark, tmp_path / "in").withColumn("kafka_timestamp", F.col("event_time")))
+    alerts.start_alerts(
+        spark, settings, events=batch_stream(spark, tmp_path / "in").withColumn("kafka_timestamp", F.col("event_time"))
+    )
     alerts.start_anomalies(spark, settings)
     records = consume_all(settings.kafka_bootstrap_servers, settings.alerts_topic)
     by_id = {value["alert_id"]: (key, value) for key, value in records}
-    expected = {alerts.alert_id(d, T0_US + int(s * 1e6), "sensor_freq < 0"): (d, f) for d, f, s in
-                [("a", -1.5, 10), ("d", -4.0, 200), ("a", -2.5, 5)]}
+    expected = {
+        alerts.alert_id(d, T0_US + int(s * 1e6), "sensor_freq < 0"): (d, f)
+        for d, f, s in [("a", -1.5, 10), ("d", -4.0, 200), ("a", -2.5, 5)]
+    }
     assert len(records) == 3 and set(by_id) == set(expected)
     for alert_id, (key, value) in by_id.items():
         assert key.decode() == value["device_id"] == expected[alert_id][0]
@@ -55,8 +64,9 @@ def test_each_anomaly_becomes_one_alert_with_its_fields(spark, settings, tmp_pat
 
 def test_crash_and_restart_alerts_every_anomaly_with_stable_ids(spark, settings):
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic])
-    sim = simulator.generate(simulator.SimulationConfig(events=6_000, devices=30, seed=21, start=T0, rate=50,
-                                                        anomaly_share=0.05))
+    sim = simulator.generate(
+        simulator.SimulationConfig(events=6_000, devices=30, seed=21, start=T0, rate=50, anomaly_share=0.05)
+    )
     simulator.produce(sim, settings.kafka_bootstrap_servers, settings.events_topic)
     settings = settings.replace(alerts_trigger="availableNow", max_offsets_per_trigger=500)
     kill_after_first_commit("alerts.run_alert_path", settings, "anomalies")
@@ -64,8 +74,10 @@ def test_crash_and_restart_alerts_every_anomaly_with_stable_ids(spark, settings)
     alerts.start_anomalies(spark, settings.replace(query_suffix="_replay"))  # a new checkpoint replays every alert
 
     anomalous = sim.valid[sim.valid.sensor_freq < 0]  # every anomalous record, re-sent copies included
-    expected = {alerts.alert_id(d, int(t.value // 1000), "sensor_freq < 0")
-                for d, t in zip(anomalous.device_id, anomalous.event_time)}
+    expected = {
+        alerts.alert_id(d, int(t.value // 1000), "sensor_freq < 0")
+        for d, t in zip(anomalous.device_id, anomalous.event_time, strict=False)
+    }
     records = consume_all(settings.kafka_bootstrap_servers, settings.alerts_topic)
     assert {v["alert_id"] for _, v in records} == expected, "every anomaly alerted at least once"
     stable = {}
@@ -81,18 +93,24 @@ def test_crash_and_restart_alerts_every_anomaly_with_stable_ids(spark, settings)
 def test_realtime_alerts_equal_the_anomalies_of_a_fixed_input(spark, settings):
     """Real-time mode (long-running tasks, records processed as they arrive) alerts exactly the valid anomalies."""
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic])
-    sim = simulator.generate(simulator.SimulationConfig(events=4_000, devices=30, seed=33, start=T0, rate=50,
-                                                        anomaly_share=0.05, malformed_share=0.05))
+    sim = simulator.generate(
+        simulator.SimulationConfig(
+            events=4_000, devices=30, seed=33, start=T0, rate=50, anomaly_share=0.05, malformed_share=0.05
+        )
+    )
     simulator.produce(sim, settings.kafka_bootstrap_servers, settings.events_topic)
     settings = settings.replace(alerts_trigger="realtime:5 seconds")
     query = alerts.start_alerts(spark, settings, wait=False)
     assert query.isActive
-    stop_when_caught_up(query, {settings.events_topic: topic_end_offsets(settings.kafka_bootstrap_servers,
-                                                                         settings.events_topic)})
+    stop_when_caught_up(
+        query, {settings.events_topic: topic_end_offsets(settings.kafka_bootstrap_servers, settings.events_topic)}
+    )
 
     anomalous = sim.valid[sim.valid.sensor_freq < 0]
-    expected = {alerts.alert_id(d, int(t.value // 1000), "sensor_freq < 0")
-                for d, t in zip(anomalous.device_id, anomalous.event_time)}
+    expected = {
+        alerts.alert_id(d, int(t.value // 1000), "sensor_freq < 0")
+        for d, t in zip(anomalous.device_id, anomalous.event_time, strict=False)
+    }
     got = [v["alert_id"] for _, v in consume_all(settings.kafka_bootstrap_servers, settings.alerts_topic)]
     assert set(got) == expected and len(expected) > 50  # malformed records (5% of the input) never alert
     assert len(sim.malformed) > 100
@@ -102,26 +120,45 @@ def test_realtime_alerts_equal_the_anomalies_of_a_fixed_input(spark, settings):
 def _alert_record(device: str, seconds: float) -> dict:
     event_us = T0_US + int(seconds * 1e6)
     event_time = pd.Timestamp(event_us, unit="us", tz="UTC").strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return {"alert_id": alerts.alert_id(device, event_us, "sensor_freq < 0"), "device_id": device,
-            "sensor_freq": -1.0, "event_time": event_time, "kafka_timestamp": event_time, "rule": "sensor_freq < 0"}
+    return {
+        "alert_id": alerts.alert_id(device, event_us, "sensor_freq < 0"),
+        "device_id": device,
+        "sensor_freq": -1.0,
+        "event_time": event_time,
+        "kafka_timestamp": event_time,
+        "rule": "sensor_freq < 0",
+    }
 
 
 def _produce_json(bootstrap: str, topic: str, values: list[dict]) -> None:
-    records = pd.DataFrame({"key": [b"k"] * len(values), "value": [json.dumps(v).encode() for v in values],
-                            "timestamp_ms": [int(T0.timestamp() * 1000)] * len(values)})
+    records = pd.DataFrame(
+        {
+            "key": [b"k"] * len(values),
+            "value": [json.dumps(v).encode() for v in values],
+            "timestamp_ms": [int(T0.timestamp() * 1000)] * len(values),
+        }
+    )
     simulator.produce_records(records, bootstrap, topic)
 
 
 def test_escalation_only_for_alerts_not_acked_within_the_bound(spark, settings):
     create_topics(settings.kafka_bootstrap_servers, [settings.alerts_topic, settings.acks_topic])
-    acked, never, acked_late, fresh = (_alert_record("a", 0), _alert_record("b", 10), _alert_record("c", 20),
-                                       _alert_record("d", 2_000))
+    acked, never, acked_late, fresh = (
+        _alert_record("a", 0),
+        _alert_record("b", 10),
+        _alert_record("c", 20),
+        _alert_record("d", 2_000),
+    )
     _produce_json(settings.kafka_bootstrap_servers, settings.alerts_topic, [acked, never, acked_late, fresh])
     ack_time = lambda s: (T0 + pd.Timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # noqa: E731
-    _produce_json(settings.kafka_bootstrap_servers, settings.acks_topic, [
-        {"alert_id": acked["alert_id"], "acked_by": "ops", "ack_time": ack_time(120)},      # within 10 min
-        {"alert_id": acked_late["alert_id"], "acked_by": "ops", "ack_time": ack_time(20 + 601)},  # too late
-    ])
+    _produce_json(
+        settings.kafka_bootstrap_servers,
+        settings.acks_topic,
+        [
+            {"alert_id": acked["alert_id"], "acked_by": "ops", "ack_time": ack_time(120)},  # within 10 min
+            {"alert_id": acked_late["alert_id"], "acked_by": "ops", "ack_time": ack_time(20 + 601)},  # too late
+        ],
+    )
     alerts.start_escalations(spark, settings)
     alerts.start_escalations(spark, settings)  # a second run adds nothing
     escalated = delta_frame(settings.table_path("alert_escalations"))
@@ -135,7 +172,7 @@ def test_alert_and_sampling_queries_run_side_by_side_in_their_pools(spark, setti
     sim = simulator.generate(simulator.SimulationConfig(events=3_000, devices=20, seed=4, start=T0, rate=50))
     simulator.produce(sim, settings.kafka_bootstrap_servers, settings.events_topic)
     settings = settings.replace(alerts_trigger="availableNow", max_offsets_per_trigger=300)
-    from sensorcep.ingest import valid_event_stream
+    from sensorcep.pipeline.ingest import valid_event_stream
 
     pools: dict[str, set] = {"alerts": set(), "sampling": set()}
     both_running = []
@@ -145,13 +182,20 @@ def test_alert_and_sampling_queries_run_side_by_side_in_their_pools(spark, setti
             pools[name].add(spark.sparkContext.getLocalProperty("spark.scheduler.pool"))
             both_running.append(len(spark.streams.active) == 2)
             batch.count()
+
         return record
 
     events_ = valid_event_stream(spark, settings)
-    alert_q = start_query(alerts.alert_stream(events_, settings), settings, "alerts", pool="alerts",
-                          foreach_batch=recorder("alerts"))
-    sample_q = start_query(sampling.sample_stream(events_, settings), settings, "sampling", pool="sampling",
-                           foreach_batch=recorder("sampling"))
+    alert_q = start_query(
+        alerts.alert_stream(events_, settings), settings, "alerts", pool="alerts", foreach_batch=recorder("alerts")
+    )
+    sample_q = start_query(
+        sampling.sample_stream(events_, settings),
+        settings,
+        "sampling",
+        pool="sampling",
+        foreach_batch=recorder("sampling"),
+    )
     finish(alert_q, settings)
     finish(sample_q, settings)
     assert pools == {"alerts": {"alerts"}, "sampling": {"sampling"}}

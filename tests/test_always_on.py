@@ -1,23 +1,32 @@
 """The always-on job, run locally from its bundle definition: it runs, stops cleanly and resumes from its
 checkpoints with nothing lost and nothing doubled."""
+
 from __future__ import annotations
 
 import pandas as pd
 import pytest
-
-from sensorcep import alerts, always_on, jobs, simulator
-from sensorcep.broker import create_topics
-from sensorcep.settings import SettingsError
-from sensorcep.streaming import caught_up
 from streams import T0, delta_frame, topic_end_offsets
+
+from sensorcep.local import jobs, simulator
+from sensorcep.local.broker import create_topics
+from sensorcep.pipeline import alerts, always_on
+from sensorcep.pipeline.streaming import caught_up
+from sensorcep.settings import SettingsError
 
 pytestmark = pytest.mark.integration
 
 
 def _params(settings) -> dict[str, str]:
-    return {"kafka_bootstrap_servers": settings.kafka_bootstrap_servers, "events_topic": settings.events_topic,
-            "alerts_topic": settings.alerts_topic, "acks_topic": settings.acks_topic, "base_path": settings.base_path,
-            "trigger": "2 seconds", "alerts_trigger": "realtime:5 seconds", "max_offsets_per_trigger": "2000"}
+    return {
+        "kafka_bootstrap_servers": settings.kafka_bootstrap_servers,
+        "events_topic": settings.events_topic,
+        "alerts_topic": settings.alerts_topic,
+        "acks_topic": settings.acks_topic,
+        "base_path": settings.base_path,
+        "trigger": "2 seconds",
+        "alerts_trigger": "realtime:5 seconds",
+        "max_offsets_per_trigger": "2000",
+    }
 
 
 def _drained(settings):
@@ -45,34 +54,44 @@ def _drained(settings):
         if not all(after_ingest(by_name[name], ingest) for name in ("sampling", "device_activity")):
             return False
         alerts_end = {settings.alerts_topic: topic_end_offsets(settings.kafka_bootstrap_servers, settings.alerts_topic)}
-        return all(caught_up(by_name[name], alerts_end) and idle(by_name[name]) for name in ("anomalies", "escalations"))
+        return all(
+            caught_up(by_name[name], alerts_end) and idle(by_name[name]) for name in ("anomalies", "escalations")
+        )
 
     return done
 
 
 def _expected_alert_ids(sim) -> set[str]:
     anomalous = sim.valid[sim.valid.sensor_freq < 0]
-    return {alerts.alert_id(d, int(t.value // 1000), "sensor_freq < 0")
-            for d, t in zip(anomalous.device_id, anomalous.event_time)}
+    return {
+        alerts.alert_id(d, int(t.value // 1000), "sensor_freq < 0")
+        for d, t in zip(anomalous.device_id, anomalous.event_time, strict=False)
+    }
 
 
 def test_always_on_job_runs_stops_and_resumes_without_loss_or_doubles(spark, settings):
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic, settings.acks_topic])
-    first = simulator.generate(simulator.SimulationConfig(events=3_000, devices=20, seed=51, start=T0, rate=50,
-                                                          anomaly_share=0.03))
+    first = simulator.generate(
+        simulator.SimulationConfig(events=3_000, devices=20, seed=51, start=T0, rate=50, anomaly_share=0.03)
+    )
     simulator.produce(first, settings.kafka_bootstrap_servers, settings.events_topic)
     lines: list[str] = []
-    queries = jobs.run_always_on(params=_params(settings), until=_drained(settings), minutes=5, every_s=5,
-                                 out=lines.append, spark=spark)
+    queries = jobs.run_always_on(
+        params=_params(settings), until=_drained(settings), minutes=5, every_s=5, out=lines.append, spark=spark
+    )
     assert sorted(q.name for q in queries) == sorted(
-        ["ingest", "sampling", "device_activity", "alerts", "anomalies", "escalations"])
+        ["ingest", "sampling", "device_activity", "alerts", "anomalies", "escalations"]
+    )
     assert not any(q.isActive for q in queries), "stopped cleanly"
     assert lines[-1].startswith("✔ stopped 6 queries")
     bronze_after_first = len(delta_frame(settings.table_path("bronze_events")))
     assert bronze_after_first == len(first.distinct_valid)
 
-    second = simulator.generate(simulator.SimulationConfig(events=6_000, devices=20, seed=52, rate=50, anomaly_share=0.03,
-                                                           start=T0 + pd.Timedelta(minutes=2)))
+    second = simulator.generate(
+        simulator.SimulationConfig(
+            events=6_000, devices=20, seed=52, rate=50, anomaly_share=0.03, start=T0 + pd.Timedelta(minutes=2)
+        )
+    )
     simulator.produce(second, settings.kafka_bootstrap_servers, settings.events_topic)
     jobs.run_always_on(params=_params(settings), until=_drained(settings), minutes=5, out=lines.append, spark=spark)
 
@@ -98,7 +117,9 @@ def test_always_on_task_refuses_availablenow_and_unknown_tasks():
     with pytest.raises(SettingsError, match="unknown always-on task"):
         always_on.start_task(None, "everything", always_on.Settings(trigger="5 seconds"))
     assert always_on.parse_arguments(["--task=alerts", "--alerts_trigger=realtime"]) == (
-        "alerts", {"alerts_trigger": "realtime"})
+        "alerts",
+        {"alerts_trigger": "realtime"},
+    )
 
 
 def test_every_always_on_task_calls_the_package_entry_point():

@@ -4,6 +4,7 @@ A real `databricks bundle validate` needs a workspace login; the typed models of
 for it here (they reject unknown fields), and :func:`resolved` merges a target and substitutes its variables the
 way `bundle deploy` does, for the points that can be checked without a workspace.
 """
+
 import ast
 import json
 
@@ -12,7 +13,7 @@ import pytest
 import yaml
 from databricks.bundles.jobs import Job
 
-from sensorcep import jobs
+from sensorcep.local import jobs
 from sensorcep.settings import PROJECT_ROOT, parameter_names
 
 ROOT_YAML = yaml.safe_load((PROJECT_ROOT / "databricks.yml").read_text())
@@ -34,8 +35,11 @@ def _merge(base, override):
         for key, value in override.items():
             out[key] = _merge(base[key], value) if key in base else value
         return out
-    if isinstance(base, list) and isinstance(override, list) and all(isinstance(i, dict) and "job_cluster_key" in i
-                                                                     for i in base + override):
+    if (
+        isinstance(base, list)
+        and isinstance(override, list)
+        and all(isinstance(i, dict) and "job_cluster_key" in i for i in base + override)
+    ):
         by_key = {i["job_cluster_key"]: i for i in base}
         for item in override:
             by_key[item["job_cluster_key"]] = _merge(by_key.get(item["job_cluster_key"], {}), item)
@@ -115,13 +119,23 @@ def test_databricks_yml_has_dev_default_and_prod_targets():
 
 def test_every_variable_used_is_declared_and_a_setting_or_a_deployment_knob():
     texts = [(PROJECT_ROOT / "databricks.yml").read_text()] + [
-        p.read_text() for p in (PROJECT_ROOT / "bundles").glob("*.yml")]
+        p.read_text() for p in (PROJECT_ROOT / "bundles").glob("*.yml")
+    ]
     used = {name for text in texts for name in jobs.VAR.findall(text)}
     declared = set(ROOT_YAML["variables"])
     assert used <= declared
-    deployment = {"node_type_id", "realtime_workers", "streaming_pause_status", "pipeline_schedule_pause_status",
-                  "streaming_trigger", "catalog", "schema", "notification_email", "service_principal_id",
-                  "scheduler_allocation_file"}
+    deployment = {
+        "node_type_id",
+        "realtime_workers",
+        "streaming_pause_status",
+        "pipeline_schedule_pause_status",
+        "streaming_trigger",
+        "catalog",
+        "schema",
+        "notification_email",
+        "service_principal_id",
+        "scheduler_allocation_file",
+    }
     assert used - deployment <= set(parameter_names())
 
 
@@ -140,8 +154,11 @@ def test_every_job_parameter_is_declared_once_and_read_by_a_task(job_key):
     read = set().union(*(_widgets_of_task(t) for t in tasks)) if tasks[0].notebook else set(parameter_names())
     assert set(names) <= read
     for task in job["tasks"]:  # no task repeats a job parameter
-        own = (task.get("notebook_task") or {}).get("base_parameters") or task.get("python_wheel_task", {}).get(
-            "named_parameters") or {}
+        own = (
+            (task.get("notebook_task") or {}).get("base_parameters")
+            or task.get("python_wheel_task", {}).get("named_parameters")
+            or {}
+        )
         assert not set(own) & set(names), task["task_key"]
 
 
@@ -171,7 +188,7 @@ def test_unknown_variable_is_a_clear_error():
 
 
 def test_prod_cluster_carries_the_tuning_recommendation_with_databricks_names():
-    from sensorcep import tuning
+    from sensorcep.observability import tuning
 
     prod = ROOT_YAML["targets"]["prod"]["resources"]["jobs"]["sensor_cep_pipeline"]["job_clusters"][0]
     _, job = _job_yaml()
@@ -182,15 +199,18 @@ def test_prod_cluster_carries_the_tuning_recommendation_with_databricks_names():
 
 
 def test_every_state_store_setting_in_the_bundle_is_a_real_key():
-    from sensorcep import tuning
+    from sensorcep.observability import tuning
 
     _, job = _job_yaml()
     confs = [c["new_cluster"]["spark_conf"] for c in job["job_clusters"]]
-    confs.append(ROOT_YAML["targets"]["prod"]["resources"]["jobs"]["sensor_cep_pipeline"]["job_clusters"][0]
-                 ["new_cluster"]["spark_conf"])
+    confs.append(
+        ROOT_YAML["targets"]["prod"]["resources"]["jobs"]["sensor_cep_pipeline"]["job_clusters"][0]["new_cluster"][
+            "spark_conf"
+        ]
+    )
     for key in (k for conf in confs for k in conf):
         if key.startswith(tuning.ROCKSDB_PREFIX):
-            assert key[len(tuning.ROCKSDB_PREFIX):] in tuning.ROCKSDB_OPTIONS, key
+            assert key[len(tuning.ROCKSDB_PREFIX) :] in tuning.ROCKSDB_OPTIONS, key
         if "asyncCheckpoint" in key:
             assert key == tuning.ASYNC_CHECKPOINT, key
 
@@ -220,8 +240,11 @@ def test_resolved_bundle_is_deployable_offline_checks(target):
     tuning_job = resources["jobs"][jobs.TUNING_JOB_KEY]
     assert "schedule" not in tuning_job and "continuous" not in tuning_job
     paused = "PAUSED" if target == "dev" else "UNPAUSED"
-    assert pipeline["schedule"]["pause_status"] == resources["jobs"][jobs.ALWAYS_ON_JOB_KEY]["continuous"][
-        "pause_status"] == paused
+    assert (
+        pipeline["schedule"]["pause_status"]
+        == resources["jobs"][jobs.ALWAYS_ON_JOB_KEY]["continuous"]["pause_status"]
+        == paused
+    )
     if target == "prod":
         assert bundle["run_as"] == {"service_principal_name": ROOT_YAML["variables"]["service_principal_id"]["default"]}
         assert bundle["git"]["branch"] == "main"
@@ -235,8 +258,12 @@ def test_shipped_fair_pools_are_the_settings_pools():
     root = ET.parse(PROJECT_ROOT / "conf" / "fairscheduler.xml").getroot()
     shipped = {pool.get("name"): int(pool.findtext("weight")) for pool in root.iter("pool")}
     assert shipped == parse_pools(Settings().scheduler_pools)
-    confs = [c["new_cluster"]["spark_conf"] for job in resolved("prod")["resources"]["jobs"].values()
-             for c in job["job_clusters"] if "spark.scheduler.mode" in c["new_cluster"]["spark_conf"]]
+    confs = [
+        c["new_cluster"]["spark_conf"]
+        for job in resolved("prod")["resources"]["jobs"].values()
+        for c in job["job_clusters"]
+        if "spark.scheduler.mode" in c["new_cluster"]["spark_conf"]
+    ]
     assert confs and all(c["spark.scheduler.allocation.file"].endswith("/conf/fairscheduler.xml") for c in confs)
 
 
@@ -247,10 +274,12 @@ def test_the_bundle_artifact_builds_a_wheel_with_the_package_and_its_entry_point
 
     build = ROOT_YAML["artifacts"]["sensorcep_wheel"]["build"].split()
     assert build[:4] == ["python3", "-m", "pip", "wheel"]
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--wheel-dir", str(tmp_path), str(PROJECT_ROOT)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(tmp_path), str(PROJECT_ROOT)],
+        check=True,
+    )
     (wheel,) = tmp_path.glob("sensorcep-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "sensorcep/always_on.py" in names and "sensorcep/low_priority_daemon.py" in names
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "sensorcep-stream = sensorcep.always_on:main" in entry_points
+    assert "sensorcep-stream = sensorcep.pipeline.always_on:main" in entry_points

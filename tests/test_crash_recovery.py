@@ -1,5 +1,6 @@
 """kill -9 the pipeline process at seeded random points, restart from the same checkpoints: Delta tables equal an
 uninterrupted run exactly (as sets, no duplicates), and every anomaly reached the alerts topic at least once."""
+
 import json
 import os
 import random
@@ -11,10 +12,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-
-from sensorcep import alerts, ingest, sampling, simulator
-from sensorcep.broker import create_topics
 from streams import delta_frame, topic_records
+
+from sensorcep.local import simulator
+from sensorcep.local.broker import create_topics
+from sensorcep.pipeline import alerts, ingest, sampling
 
 pytestmark = pytest.mark.integration
 DRIVER = Path(__file__).with_name("crash_driver.py")
@@ -64,8 +66,11 @@ def _rows(settings, table: str) -> list[tuple]:
 def topic(bootstrap):
     name = "crash-events"
     create_topics(bootstrap, [name, "crash-alerts-reference", "crash-alerts"])
-    sim = simulator.generate(simulator.SimulationConfig(events=3_000, devices=30, seed=11, rate=50,
-                                                        malformed_share=0.03, duplicate_share=0.03))
+    sim = simulator.generate(
+        simulator.SimulationConfig(
+            events=3_000, devices=30, seed=11, rate=50, malformed_share=0.03, duplicate_share=0.03
+        )
+    )
     simulator.produce(sim, bootstrap, name)
     return name
 
@@ -73,8 +78,13 @@ def topic(bootstrap):
 def test_kill_9_at_random_points_then_restart_equals_an_uninterrupted_run(spark, bootstrap, topic, tmp_path):
     from sensorcep.settings import Settings
 
-    common = dict(kafka_bootstrap_servers=bootstrap, events_topic=topic, max_offsets_per_trigger=600,
-                  trigger="availableNow", alerts_trigger="availableNow")
+    common = dict(
+        kafka_bootstrap_servers=bootstrap,
+        events_topic=topic,
+        max_offsets_per_trigger=600,
+        trigger="availableNow",
+        alerts_trigger="availableNow",
+    )
     reference = Settings(base_path=str(tmp_path / "reference"), alerts_topic="crash-alerts-reference", **common)
     ingest.start_ingest(spark, reference)
     sampling.start_sampling(spark, reference)

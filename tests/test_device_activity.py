@@ -1,25 +1,35 @@
 """Device activity: first seen, offline after a silence longer than the timeout, online again."""
+
 from __future__ import annotations
 
 import pandas as pd
-
-from sensorcep import device_activity
 from streams import T0, batch_stream, delta_frame, events, write_batches
+
+from sensorcep.pipeline import device_activity
 
 # timeout 5 minutes, watermark 30 s; times are seconds after T0
 BATCHES = [
-    events(("a", 1.0, 0), ("a", 1.0, 10), ("a", 1.0, 400),  # a gap of 390 s inside one batch
-           ("b", 1.0, 0)),                                   # b then stays silent
-    events(("a", 1.0, 10),                                   # a duplicate: counts once
-           ("c", 1.0, 100), ("c", 1.0, 700)),                # final watermark 670: b's timer (300) fires, a's (700) not
+    events(
+        ("a", 1.0, 0),
+        ("a", 1.0, 10),
+        ("a", 1.0, 400),  # a gap of 390 s inside one batch
+        ("b", 1.0, 0),
+    ),  # b then stays silent
+    events(
+        ("a", 1.0, 10),  # a duplicate: counts once
+        ("c", 1.0, 100),
+        ("c", 1.0, 700),
+    ),  # final watermark 670: b's timer (300) fires, a's (700) not
 ]
 
 
 def _status(settings) -> list[tuple]:
     table = delta_frame(settings.table_path("device_status"))
     seconds = lambda t: (pd.Timestamp(t).value // 1000 - int(T0.timestamp() * 1e6)) / 1e6  # noqa: E731
-    return sorted((r.device_id, r.status_event, r.status, seconds(r.changed_at), int(r.event_count))
-                  for r in table.itertuples(index=False))
+    return sorted(
+        (r.device_id, r.status_event, r.status, seconds(r.changed_at), int(r.event_count))
+        for r in table.itertuples(index=False)
+    )
 
 
 def test_offline_after_timeout_and_online_again(spark, settings, tmp_path):
@@ -35,6 +45,9 @@ def test_offline_after_timeout_and_online_again(spark, settings, tmp_path):
         ("c", "device_offline", "offline", 400.0, 2),
         ("c", "device_online", "online", 700.0, 2),
     ]
-    current = device_activity.current_status(spark.createDataFrame(
-        delta_frame(settings.table_path("device_status"))))
+    current = device_activity.current_status(spark.createDataFrame(delta_frame(settings.table_path("device_status"))))
     assert {r.device_id: r.status for r in current.collect()} == {"a": "online", "b": "offline", "c": "online"}
+    assert device_activity.status_counts(spark.createDataFrame(delta_frame(settings.table_path("device_status")))) == {
+        "offline": 1,
+        "online": 2,
+    }

@@ -1,12 +1,14 @@
 """01 ingest with the real broker and real Delta tables: exactly the valid distinct events land."""
+
 from datetime import datetime, timezone
 
 import pytest
-
-from sensorcep import ingest, simulator
-from sensorcep.broker import create_topics
 from crash import kill_after_first_commit
 from streams import delta_frame
+
+from sensorcep.local import simulator
+from sensorcep.local.broker import create_topics
+from sensorcep.pipeline import ingest
 
 pytestmark = pytest.mark.integration
 START = datetime(2026, 3, 1, 8, 0, tzinfo=timezone.utc)
@@ -14,13 +16,15 @@ START = datetime(2026, 3, 1, 8, 0, tzinfo=timezone.utc)
 
 def _bronze_keys(settings):
     df = delta_frame(settings.table_path("bronze_events"), ["device_id", "event_time"])
-    return list(zip(df.device_id, df.event_time.dt.tz_localize(None) if df.event_time.dt.tz else df.event_time))
+    return list(
+        zip(df.device_id, df.event_time.dt.tz_localize(None) if df.event_time.dt.tz else df.event_time, strict=False)
+    )
 
 
 def _expected(*sims):
     rows = []
     for sim in sims:
-        rows += list(zip(sim.valid.device_id, sim.valid.event_time.dt.tz_convert(None)))
+        rows += list(zip(sim.valid.device_id, sim.valid.event_time.dt.tz_convert(None), strict=False))
     return set(rows)
 
 
@@ -30,8 +34,11 @@ def _quarantine(settings):
 
 def _produce(settings, events, seed, start):
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic])
-    sim = simulator.generate(simulator.SimulationConfig(events=events, devices=40, seed=seed, start=start, rate=100,
-                                                        malformed_share=0.03, duplicate_share=0.03))
+    sim = simulator.generate(
+        simulator.SimulationConfig(
+            events=events, devices=40, seed=seed, start=start, rate=100, malformed_share=0.03, duplicate_share=0.03
+        )
+    )
     simulator.produce(sim, settings.kafka_bootstrap_servers, settings.events_topic)
     return sim
 

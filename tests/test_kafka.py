@@ -1,12 +1,13 @@
 """Spark's Kafka connector against the local Apache Kafka broker, through the project's helpers."""
+
 import json
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from sensorcep.broker import create_topics, scratch_topics
-from sensorcep.kafka import read_kafka, write_kafka
+from sensorcep.io.kafka import read_kafka, write_kafka
+from sensorcep.local.broker import create_topics, scratch_topics
 
 pytestmark = pytest.mark.integration
 
@@ -43,8 +44,13 @@ def test_available_now_honours_max_offsets_per_trigger_and_resumes_from_checkpoi
     s = settings.replace(max_offsets_per_trigger=1_000)
 
     def run():
-        q = (read_kafka(spark, s, s.events_topic).writeStream.format("noop")
-             .option("checkpointLocation", s.checkpoint_path("kafka_src")).trigger(availableNow=True).start())
+        q = (
+            read_kafka(spark, s, s.events_topic)
+            .writeStream.format("noop")
+            .option("checkpointLocation", s.checkpoint_path("kafka_src"))
+            .trigger(availableNow=True)
+            .start()
+        )
         q.awaitTermination()
         return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
 
@@ -78,13 +84,19 @@ def _delete_records_before(bootstrap, topic, partition, offset):
 
 
 def test_records_deleted_before_they_were_read_stop_the_query_unless_the_loss_is_accepted(spark, settings):
-    from sensorcep import ingest, monitoring
-    from sensorcep.streaming import DataLossError
     from streams import delta_frame
 
+    from sensorcep.observability import monitoring
+    from sensorcep.pipeline import ingest
+    from sensorcep.pipeline.streaming import DataLossError
+
     bootstrap, topic = settings.kafka_bootstrap_servers, settings.events_topic
-    event = lambda i: json.dumps({"device_id": f"d{i}", "sensor_freq": 1.0,  # noqa: E731
-                                  "event_time": f"2026-01-05T00:{i // 60:02d}:{i % 60:02d}Z"}).encode()
+
+    def event(i: int) -> bytes:
+        return json.dumps(
+            {"device_id": f"d{i}", "sensor_freq": 1.0, "event_time": f"2026-01-05T00:{i // 60:02d}:{i % 60:02d}Z"}
+        ).encode()
+
     create_topics(bootstrap, {topic: 1})
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for i in range(100):
@@ -96,8 +108,11 @@ def test_records_deleted_before_they_were_read_stop_the_query_unless_the_loss_is
     assert producer.flush(30) == 0
     _delete_records_before(bootstrap, topic, 0, 120)  # records 100-119: gone before ingest read them
 
-    with pytest.raises(DataLossError, match=r"query ingest: Kafka records were deleted before it read them.*"
-                                            r"accept_data_loss=true"):
+    with pytest.raises(
+        DataLossError,
+        match=r"query ingest: Kafka records were deleted before it read them.*"
+        r"accept_data_loss=true",
+    ):
         ingest.start_ingest(spark, settings)
     assert len(delta_frame(settings.table_path("bronze_events"))) == 100, "nothing skipped silently"
 

@@ -1,11 +1,13 @@
 """Progress capture (listener -> Delta stream_progress), the live view and the state data source, on real queries."""
+
 import json
 
 import pandas as pd
 import pytest
-
-from sensorcep import monitoring, sampling, streaming
 from streams import batch_stream, delta_frame, delta_version, events, write_batches
+
+from sensorcep.observability import monitoring
+from sensorcep.pipeline import sampling, streaming
 
 
 def _noop(batch, batch_id):
@@ -17,19 +19,27 @@ def short_run(spark, settings, tmp_path, monkeypatch):
     """Four micro-batches through a project query (start_query + finish), flushed every 2 events."""
     monkeypatch.setattr(monitoring, "FLUSH_EVERY", 2)
     write_batches(tmp_path / "in", [events(("d1", 1.0, s), ("d2", 2.0, s + 1)) for s in (10, 50, 90, 130)])
-    query = streaming.run_available_now(batch_stream(spark, tmp_path / "in").withWatermark("event_time", "30 seconds"),
-                                        settings, "progress_probe", foreach_batch=_noop)
+    query = streaming.run_available_now(
+        batch_stream(spark, tmp_path / "in").withWatermark("event_time", "30 seconds"),
+        settings,
+        "progress_probe",
+        foreach_batch=_noop,
+    )
     return query, settings
 
 
 def test_listener_writes_every_progress_event_of_the_run_including_the_last(short_run):
     query, settings = short_run
-    expected = [(p["batchId"], p["numInputRows"], p["eventTime"].get("watermark"))
-                for p in (json.loads(p.json) for p in query.recentProgress)]
+    expected = [
+        (p["batchId"], p["numInputRows"], p["eventTime"].get("watermark"))
+        for p in (json.loads(p.json) for p in query.recentProgress)
+    ]
     stored = delta_frame(settings.table_path("stream_progress"))
     stored = stored[stored.run_id == str(query.runId)].sort_values("batch_id")
-    got = [(int(r.batch_id), int(r.num_input_rows), json.loads(r.progress_json)["eventTime"].get("watermark"))
-           for r in stored.itertuples()]
+    got = [
+        (int(r.batch_id), int(r.num_input_rows), json.loads(r.progress_json)["eventTime"].get("watermark"))
+        for r in stored.itertuples()
+    ]
     assert got == expected
     assert len(expected) >= 4 and sum(n for _, n, _ in expected) == 8
     assert set(stored.query_name) == {settings.query_name("progress_probe")}
@@ -40,8 +50,13 @@ def test_listener_writes_every_progress_event_of_the_run_including_the_last(shor
 def test_queries_not_started_by_the_project_are_not_recorded(spark, settings, tmp_path):
     write_batches(tmp_path / "in", [events(("d1", 1.0, 10))])
     monitoring.ensure_progress_listener(spark, settings, "registered_elsewhere")
-    other = (batch_stream(spark, tmp_path / "in").writeStream.queryName("not_ours").foreachBatch(_noop)
-             .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    other = (
+        batch_stream(spark, tmp_path / "in")
+        .writeStream.queryName("not_ours")
+        .foreachBatch(_noop)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
     other.processAllAvailable()
     other.stop()
     monitoring.flush_progress(spark, settings, other)
@@ -49,13 +64,18 @@ def test_queries_not_started_by_the_project_are_not_recorded(spark, settings, tm
 
 
 def test_read_progress_and_health_of_the_recorded_run(short_run, spark):
-    from sensorcep import health
+    from sensorcep.observability import health
 
     query, settings = short_run
     progress = monitoring.read_progress(spark, settings)
     verdicts = health.check_health(progress, monitoring.trigger_intervals(settings))
-    assert {v.rule for v in verdicts} == {"falling_behind", "slow_batches", "state_growth", "watermark_stalled",
-                                          "late_rows"}
+    assert {v.rule for v in verdicts} == {
+        "falling_behind",
+        "slow_batches",
+        "state_growth",
+        "watermark_stalled",
+        "late_rows",
+    }
     assert all(v.query_name == settings.query_name("progress_probe") for v in verdicts)
 
 
@@ -66,23 +86,33 @@ def test_live_view_shows_each_querys_last_progress(short_run, capsys):
     table = view.render()
     last = json.loads(query.lastProgress.json)
     assert table.to_dict("records")[0] == {
-        "query": query.name, "status": "stopped", "batch": last["batchId"], "input rows/s": round(last["inputRowsPerSecond"]),
-        "processed rows/s": round(last["processedRowsPerSecond"]), "batch ms": last["batchDuration"],
-        "state rows": None, "watermark": last["eventTime"]["watermark"][11:19]}
+        "query": query.name,
+        "status": "stopped",
+        "batch": last["batchId"],
+        "input rows/s": round(last["inputRowsPerSecond"]),
+        "processed rows/s": round(last["processedRowsPerSecond"]),
+        "batch ms": last["batchDuration"],
+        "state rows": None,
+        "watermark": last["eventTime"]["watermark"][11:19],
+    }
     assert view.refreshes >= 2
     assert query.name in capsys.readouterr().out
 
 
-def test_state_data_source_shows_the_buckets_open_windows_still_need(spark, settings, tmp_path):
-    # batch 0: 10 s, 20 s, 50 s; batch 1: 100 s -> watermark 70 s closes the windows ending at 30 s and 60 s
-    write_batches(tmp_path / "in", [events(("d1", 1.0, 10), ("d2", 2.0, 20), ("d3", 3.0, 50)),
-                                    events(("d1", 4.0, 100))])
+def test_state_data_source_shows_the_chunks_open_windows_still_need(spark, settings, tmp_path):
+    # batch 0: 10 s, 20 s, 50 s; batch 1: 100 s; batch 2: 130 s -> watermark 100 s closes the windows ending at 30,
+    # 60 and 90 s
+    write_batches(
+        tmp_path / "in",
+        [events(("d1", 1.0, 10), ("d2", 2.0, 20), ("d3", 3.0, 50)), events(("d1", 4.0, 100)), events(("d2", 5.0, 130))],
+    )
     sampling.start_sampling(spark, settings, events=batch_stream(spark, tmp_path / "in"))
     operators = monitoring.state_metadata(spark, settings, "sampling").toPandas()
     assert operators.operatorName.str.contains("transformWithState").all() and len(operators) == 1
-    held = monitoring.sampling_buckets(spark, settings)
+    held = monitoring.sampling_chunks(spark, settings)
     t0 = pd.Timestamp(events(("x", 0.0, 0)).event_time_us[0], unit="us")
-    # bucket [0, 30) was freed with the window [0, 60); [30, 60) waits for [30, 90), [90, 120) for [60, 120)
-    assert [(b - t0).total_seconds() for b in held.bucket_start] == [30, 90]
-    assert held.scope.tolist() == ["all", "all"] and held.chunks.tolist() == [1, 1]
+    # batch 0's chunk (buckets 0-30 s) was freed with the window [30, 90); batch 1's and 2's wait for later windows
+    seconds = lambda column: [(b - t0).total_seconds() for b in held[column]]  # noqa: E731
+    assert held.chunk.tolist() == [1, 2] and held.scope.tolist() == ["all", "all"]
+    assert seconds("first_bucket") == [90, 120] and seconds("last_bucket") == [90, 120]
     assert (held.bytes > 0).all()

@@ -1,9 +1,10 @@
 """Every record is a valid event or a quarantine row with the reason: pinned on a fixed set."""
+
 from datetime import datetime, timedelta
 
 import pytest
 
-from sensorcep.parsing import parse_events
+from sensorcep.pipeline.parsing import parse_events
 from sensorcep.settings import Settings
 
 KAFKA_TIME = datetime(2026, 1, 5, 12, 0)
@@ -12,22 +13,37 @@ CASES = [
     (b'{"device_id": 377412, "sensor_freq": -1, "event_time": "2023-04-12 10:15:03"}', None),
     (b'{"device_id": "a", "sensor_freq": 0, "event_time": "2023-04-12T10:15:03+02:00"}', None),
     (b'{"device_id": "a", "sensor_freq": 1.0, "event_time": "2023-04-12T10:15:03Z", "firmware": "1.2"}', None),
-    (b'{"device_id": true, "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}', "device_id has wrong type BOOLEAN"),
-    (b'{"device_id": 1.5, "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}', "device_id has wrong type DECIMAL(2,1)"),
+    (
+        b'{"device_id": true, "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}',
+        "device_id has wrong type BOOLEAN",
+    ),
+    (
+        b'{"device_id": 1.5, "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}',
+        "device_id has wrong type DECIMAL(2,1)",
+    ),
     (b'{"device_id": "", "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}', "device_id is empty"),
     (b'{"device_id": null, "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}', "missing field device_id"),
-    (b'{"device_id": "a", "sensor_freq": "4.5", "event_time": "2023-04-12T10:15:03Z"}', "sensor_freq has wrong type STRING"),
-    (b'{"device_id": "a", "sensor_freq": 1e400, "event_time": "2023-04-12T10:15:03Z"}', "sensor_freq is not a finite number"),
+    (
+        b'{"device_id": "a", "sensor_freq": "4.5", "event_time": "2023-04-12T10:15:03Z"}',
+        "sensor_freq has wrong type STRING",
+    ),
+    (
+        b'{"device_id": "a", "sensor_freq": 1e400, "event_time": "2023-04-12T10:15:03Z"}',
+        "sensor_freq is not a finite number",
+    ),
     (b'{"device_id": "a", "sensor_freq": NaN, "event_time": "2023-04-12T10:15:03Z"}', "invalid JSON"),
     (b'{"device_id": "a", "event_time": "2023-04-12T10:15:03Z"}', "missing field sensor_freq"),
     (b'{"device_id": "a", "sensor_freq": 4.5, "event_time": "yesterday"}', "unparseable event_time yesterday"),
     (b'{"device_id": "a", "sensor_freq": 4.5, "event_time": 12345}', "event_time has wrong type BIGINT"),
     (b'{"device_id": "a", "sensor_freq": 4.5}', "missing field event_time"),
-    (b'{"device_id": "a", "sensor_freq": 4.5, "event_time": "2999-01-01T00:00:00Z"}', "event_time more than 1 day in the future"),
+    (
+        b'{"device_id": "a", "sensor_freq": 4.5, "event_time": "2999-01-01T00:00:00Z"}',
+        "event_time more than 1 day in the future",
+    ),
     (b'{"device_id": "a", ', "invalid JSON"),
-    (b'[1, 2]', "JSON value is not an object"),
+    (b"[1, 2]", "JSON value is not an object"),
     (b'"text"', "JSON value is not an object"),
-    (b'\xff\xfe\x00', "value is not valid UTF-8"),
+    (b"\xff\xfe\x00", "value is not valid UTF-8"),
     (None, "empty value"),
 ]
 
@@ -35,7 +51,9 @@ CASES = [
 @pytest.fixture(scope="module")
 def parsed(spark):
     rows = [(None, value, "t", 0, i, KAFKA_TIME) for i, (value, _) in enumerate(CASES)]
-    df = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp")
+    df = spark.createDataFrame(
+        rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+    )
     return {r["offset"]: r for r in parse_events(df, Settings()).collect()}
 
 
@@ -55,6 +73,8 @@ def test_valid_records_are_typed_and_utc(parsed):
 def test_future_is_relative_to_the_kafka_timestamp_so_replays_get_the_same_verdict(spark):
     value = b'{"device_id": "a", "sensor_freq": 1.0, "event_time": "2026-01-06T13:00:00Z"}'  # 25 h after KAFKA_TIME
     rows = [(None, value, "t", 0, 0, KAFKA_TIME), (None, value, "t", 0, 1, KAFKA_TIME + timedelta(hours=2))]
-    df = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp")
+    df = spark.createDataFrame(
+        rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+    )
     reasons = {r["offset"]: r["reason"] for r in parse_events(df, Settings()).collect()}
     assert reasons == {0: "event_time more than 1 day in the future", 1: None}

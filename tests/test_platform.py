@@ -1,13 +1,15 @@
 """Small platform pieces: Java check, broker start errors, simulator determinism, idempotent Delta writes."""
+
 import socket
-from pathlib import Path
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
-
-from sensorcep import broker, delta, simulator
-from sensorcep.runtime import JavaMissingError, check_java
 from streams import delta_version
+
+from sensorcep.io import delta
+from sensorcep.local import broker, simulator
+from sensorcep.runtime import JavaMissingError, check_java
 
 
 def test_missing_java_is_one_clear_sentence(monkeypatch):
@@ -26,7 +28,9 @@ def test_busy_port_is_a_clear_broker_error(tmp_path):
 
 
 def test_simulator_is_deterministic_for_a_seed_and_has_every_kind():
-    config = simulator.SimulationConfig(events=20_000, devices=100, seed=5, start=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    config = simulator.SimulationConfig(
+        events=20_000, devices=100, seed=5, start=datetime(2026, 1, 1, tzinfo=timezone.utc)
+    )
     a, b = simulator.generate(config), simulator.generate(config)
     assert a.records.value.tolist() == b.records.value.tolist()
     assert a.records.timestamp_ms.is_monotonic_increasing  # produced in arrival order
@@ -51,7 +55,7 @@ def test_a_replayed_micro_batch_is_written_once(spark, tmp_path):
 def test_session_jars_are_the_pinned_connectors_without_what_pyspark_ships():
     from importlib.metadata import version
 
-    from sensorcep import jars
+    from sensorcep.local import jars
 
     names = [Path(jar).name for jar in jars.spark_jars()]
     assert any(n.startswith("spark-sql-kafka-0-10_2.13-") for n in names)
@@ -76,7 +80,7 @@ def test_a_broker_that_cannot_start_is_one_clear_error(tmp_path, monkeypatch):
 
 
 def test_missing_maven_is_one_clear_sentence(monkeypatch):
-    from sensorcep import jars
+    from sensorcep.local import jars
 
     monkeypatch.setattr(jars, "is_current", lambda: False)  # the jars would have to be fetched
     monkeypatch.setattr(jars.shutil, "which", lambda name: None)

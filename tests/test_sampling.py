@@ -1,20 +1,27 @@
 """02 sampling: the pure rule, the streamed processor against the pandas oracle, restart, Kafka end to end."""
+
 from __future__ import annotations
 
 import json
 
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
-
-from sensorcep import ingest, sampling, simulator
-from sensorcep.broker import create_topics
-from sensorcep.oracle import reference_samples
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from oracle import reference_samples
 from streams import T0, batch_stream, events, oracle_rows, sample_rows, write_batches
+
+from sensorcep.local import simulator
+from sensorcep.local.broker import create_topics
+from sensorcep.pipeline import ingest, sampling
 
 
 def roles_by_time(samples: pd.DataFrame) -> dict[float, list[str]]:
-    return {(t - events(("x", 0, 0)).event_time_us[0]) / 1e6: r for t, r in zip(samples.event_time_us, samples.roles)}
+    return {
+        (t - events(("x", 0, 0)).event_time_us[0]) / 1e6: r
+        for t, r in zip(samples.event_time_us, samples.roles, strict=False)
+    }
 
 
 # ---------------------------------------------------------------------------- the pure rule
@@ -61,17 +68,30 @@ def test_anomaly_threshold_is_a_parameter():
 # Watermark 30 s, windows 60 s sliding 30 s. Times are seconds after T0.
 BATCHES = [
     events(("a", 10.0, 0.5), ("b", 0.0, 5), ("c", 12.5, 10), ("a", -3.0, 20), ("b", 8.0, 50)),
-    events(("c", 9.0, 60), ("a", 11.0, 75.25), ("b", 7.0, 75.25), ("a", 6.0, 100),
-           ("b", 0.0, 5),        # duplicate of an event of the previous batch
-           ("c", 4.0, 55)),      # out of order, far above the late-row watermark (0)
-    events(("a", 3.0, 110), ("b", -1.0, 140),
-           ("c", 5.0, 25),       # late but in the watermark: the late-row filter uses the previous batch's (20)
-           ("a", 5.0, 10),       # too late: <= 20
-           ("b", 5.0, 20)),      # exactly at the late-row watermark: too late
-    events(("a", -4.0, 200), ("b", -5.0, 201), ("c", -6.0, 205),  # a window holding only anomalies
-           ("a", 2.0, 300),                                          # windows holding one event
-           ("b", 3.0, 400), ("c", 1.0, 401),                         # ... and two
-           ("a", 8.0, 430)),
+    events(
+        ("c", 9.0, 60),
+        ("a", 11.0, 75.25),
+        ("b", 7.0, 75.25),
+        ("a", 6.0, 100),
+        ("b", 0.0, 5),  # duplicate of an event of the previous batch
+        ("c", 4.0, 55),
+    ),  # out of order, far above the late-row watermark (0)
+    events(
+        ("a", 3.0, 110),
+        ("b", -1.0, 140),
+        ("c", 5.0, 25),  # late but in the watermark: the late-row filter uses the previous batch's (20)
+        ("a", 5.0, 10),  # too late: <= 20
+        ("b", 5.0, 20),
+    ),  # exactly at the late-row watermark: too late
+    events(
+        ("a", -4.0, 200),
+        ("b", -5.0, 201),
+        ("c", -6.0, 205),  # a window holding only anomalies
+        ("a", 2.0, 300),  # windows holding one event
+        ("b", 3.0, 400),
+        ("c", 1.0, 401),  # ... and two
+        ("a", 8.0, 430),
+    ),
     events(("b", 9.0, 510)),  # final watermark 480 = the end of window [420, 480)
 ]
 
@@ -84,8 +104,9 @@ def _run(spark, settings, tmp_path, batches, **changes):
     return settings
 
 
-@pytest.mark.parametrize("scope, slide", [("window", 30), ("window", 20), ("window", 60), ("device", 30),
-                                          ("device", 20)])
+@pytest.mark.parametrize(
+    "scope, slide", [("window", 30), ("window", 20), ("window", 60), ("device", 30), ("device", 20)]
+)
 def test_streamed_samples_equal_the_oracle(spark, settings, tmp_path, scope, slide):
     settings = _run(spark, settings, tmp_path, BATCHES, sample_scope=scope, slide_duration=f"{slide} seconds")
     expected = reference_samples(BATCHES, 60, slide, 30, scope)
@@ -94,8 +115,9 @@ def test_streamed_samples_equal_the_oracle(spark, settings, tmp_path, scope, sli
         sampled_times = {r[4] for r in oracle_rows(expected)}
         assert events(("c", 5.0, 25)).event_time_us[0] in sampled_times, "late-but-in-watermark event sampled"
         assert not any(r[2:5] == ("a", 5.0, events(("a", 5.0, 10)).event_time_us[0]) for r in oracle_rows(expected))
-        assert any(r[1] == int(T0.timestamp() * 1000) + 480_000 for r in oracle_rows(expected)), \
+        assert any(r[1] == int(T0.timestamp() * 1000) + 480_000 for r in oracle_rows(expected)), (
             "a window ending exactly at the watermark is emitted"
+        )
 
 
 def test_restart_after_k_batches_equals_an_uninterrupted_run(spark, settings, tmp_path):
@@ -111,9 +133,17 @@ def test_restart_after_k_batches_equals_an_uninterrupted_run(spark, settings, tm
 
 
 batch_lists = st.lists(
-    st.lists(st.tuples(st.sampled_from("abc"), st.sampled_from([-2.0, 0.0, 1.5, 3.0, 7.25]),
-                       st.integers(0, 400).map(lambda s: s / 2)), min_size=0, max_size=12),
-    min_size=1, max_size=5,
+    st.lists(
+        st.tuples(
+            st.sampled_from("abc"),
+            st.sampled_from([-2.0, 0.0, 1.5, 3.0, 7.25]),
+            st.integers(0, 400).map(lambda s: s / 2),
+        ),
+        min_size=0,
+        max_size=12,
+    ),
+    min_size=1,
+    max_size=5,
 )
 
 
@@ -123,8 +153,9 @@ def test_property_any_batches_match_the_oracle(spark, settings, tmp_path_factory
     frames = [events(*rows) if rows else events(("z", 1.0, 0)).iloc[:0] for rows in batches]
     frames = [f for f in frames if len(f)] or [events(("a", 1.0, 0))]  # a parquet file per non-empty batch
     base = tmp_path_factory.mktemp("prop")
-    settings = _run(spark, settings, base, frames, sample_scope=scope, slide_duration=f"{slide} seconds",
-                    base_path=str(base))
+    settings = _run(
+        spark, settings, base, frames, sample_scope=scope, slide_duration=f"{slide} seconds", base_path=str(base)
+    )
     assert sample_rows(settings) == oracle_rows(reference_samples(frames, 60, slide, 30, scope))
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from sensorcep.settings import Settings, SettingsError, parse_duration, parse_trigger, settings_from_widgets
 from sensorcep.runtime import LocalDbutils
+from sensorcep.settings import Settings, SettingsError, parse_duration, parse_trigger, settings_from_widgets
 
 
 def test_defaults_match_the_spec():

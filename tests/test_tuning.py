@@ -1,11 +1,13 @@
 """The state-store tuning harness: real runs on a tiny workload, refusal of bad configurations, the recommendation."""
+
 import json
 
 import pandas as pd
 import pytest
 
-from sensorcep import delta, tuning
-from sensorcep.tuning import TuningError, Workload
+from sensorcep.io import delta
+from sensorcep.observability import tuning
+from sensorcep.observability.tuning import TuningError, Workload
 
 TINY = Workload(events=3_000, devices=20, rate=25, batch=1_000)  # 2 minutes of event time: windows close
 
@@ -22,10 +24,21 @@ def results(spark, tmp_path_factory):
 
 def test_one_row_per_configuration_with_metrics(results):
     table, _, _ = results
-    assert list(zip(table["query"], table["preset"])) == [("sampling", "rocksdb_changelog"), ("window_counts", "hdfs")]
+    assert list(zip(table["query"], table["preset"], strict=False)) == [
+        ("sampling", "rocksdb_changelog"),
+        ("window_counts", "hdfs"),
+    ]
     assert (table["batches"] == 3).all() and (table["input_rows"] == 3_000).all()
-    for column in ("events_per_s", "batch_p50_ms", "batch_p95_ms", "commit_p50_ms", "commit_p95_ms",
-                   "state_rows_max", "state_memory_mb_max", "output_rows"):
+    for column in (
+        "events_per_s",
+        "batch_p50_ms",
+        "batch_p95_ms",
+        "commit_p50_ms",
+        "commit_p95_ms",
+        "state_rows_max",
+        "state_memory_mb_max",
+        "output_rows",
+    ):
         assert (table[column] > 0).all(), column
     rocksdb, hdfs = (json.loads(m) for m in table["rocksdb_metrics"])
     assert "rocksdbCommitCheckpointLatency" in rocksdb and hdfs == {}
@@ -45,12 +58,15 @@ def test_results_land_in_delta_tuning_results(results, spark):
     assert set(stored["run_id"]) == set(table["run_id"])
 
 
-@pytest.mark.parametrize("key, hint", [
-    ("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enable", "changelogCheckpointing.enabled"),
-    ("spark.sql.shuffle.partition", "spark.sql.shuffle.partitions"),
-    ("spark.driver.memory", None),  # static: cannot change per query
-    ("spark.databricks.streaming.statefulOperator.asyncCheckpoint.enabled", None),  # Databricks only
-])
+@pytest.mark.parametrize(
+    "key, hint",
+    [
+        ("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enable", "changelogCheckpointing.enabled"),
+        ("spark.sql.shuffle.partition", "spark.sql.shuffle.partitions"),
+        ("spark.driver.memory", None),  # static: cannot change per query
+        ("spark.databricks.streaming.statefulOperator.asyncCheckpoint.enabled", None),  # Databricks only
+    ],
+)
 def test_unknown_or_unsettable_keys_are_refused(spark, key, hint):
     with pytest.raises(TuningError, match="refusing configuration") as error:
         tuning.validate_conf(spark, {key: "true"})
@@ -85,17 +101,27 @@ def test_bursty_workload_alternates_the_rate():
 
 
 def _row(query, preset, p95, commit, eps, trigger="0 seconds"):
-    return {"query": query, "preset": preset, "trigger": trigger, "batch_p95_ms": p95, "commit_p95_ms": commit,
-            "events_per_s": eps}
+    return {
+        "query": query,
+        "preset": preset,
+        "trigger": trigger,
+        "batch_p95_ms": p95,
+        "commit_p95_ms": commit,
+        "events_per_s": eps,
+    }
 
 
 def test_recommendation_picks_lowest_p95_and_gives_measured_reasons():
-    table = pd.DataFrame([
-        _row("sampling", "rocksdb", 900.0, 250.0, 10_000), _row("sampling", "rocksdb_changelog", 700.0, 110.0, 12_000),
-        _row("sampling", "trigger_5s", 500.0, 100.0, 4_000, trigger="5 seconds"),
-        _row("window_counts", "hdfs", 600.0, 120.0, 9_000), _row("window_counts", "rocksdb", 650.0, 260.0, 8_000),
-        _row("window_counts", "rocksdb_changelog", 610.0, 104.0, 9_500),
-    ])
+    table = pd.DataFrame(
+        [
+            _row("sampling", "rocksdb", 900.0, 250.0, 10_000),
+            _row("sampling", "rocksdb_changelog", 700.0, 110.0, 12_000),
+            _row("sampling", "trigger_5s", 500.0, 100.0, 4_000, trigger="5 seconds"),
+            _row("window_counts", "hdfs", 600.0, 120.0, 9_000),
+            _row("window_counts", "rocksdb", 650.0, 260.0, 8_000),
+            _row("window_counts", "rocksdb_changelog", 610.0, 104.0, 9_500),
+        ]
+    )
     advice = tuning.recommend(table)
     assert advice.preset == "rocksdb_changelog"  # trigger_5s answers another question
     assert "700 ms vs 900 ms" in advice.reasons[0] and "0.78x" in advice.reasons[0]
@@ -111,23 +137,29 @@ def test_recommendation_needs_sampling_results():
 
 
 def test_rounds_are_combined_into_one_row_per_configuration_by_median():
-    rows = pd.DataFrame([
-        {"query": "sampling", "preset": "b", "events_per_s": 10.0, "description": "B"},
-        {"query": "sampling", "preset": "a", "events_per_s": 4.0, "description": "A"},
-        {"query": "sampling", "preset": "a", "events_per_s": 6.0, "description": "A"},
-        {"query": "sampling", "preset": "b", "events_per_s": 20.0, "description": "B"},
-    ])
+    rows = pd.DataFrame(
+        [
+            {"query": "sampling", "preset": "b", "events_per_s": 10.0, "description": "B"},
+            {"query": "sampling", "preset": "a", "events_per_s": 4.0, "description": "A"},
+            {"query": "sampling", "preset": "a", "events_per_s": 6.0, "description": "A"},
+            {"query": "sampling", "preset": "b", "events_per_s": 20.0, "description": "B"},
+        ]
+    )
     table = tuning.median_over_rounds(rows, ["sampling/a", "sampling/b"])
     assert table[["preset", "events_per_s", "rounds", "description"]].to_dict("records") == [
         {"preset": "a", "events_per_s": 5.0, "rounds": 2, "description": "A"},
-        {"preset": "b", "events_per_s": 15.0, "rounds": 2, "description": "B"}]
+        {"preset": "b", "events_per_s": 15.0, "rounds": 2, "description": "B"},
+    ]
 
 
 def test_a_tie_within_tolerance_goes_to_the_preset_with_fewer_settings():
-    table = pd.DataFrame([
-        _row("sampling", "rocksdb", 1_363.0, 369.0, 21_000), _row("sampling", "rocksdb_changelog", 1_285.0, 288.0, 23_400),
-        _row("sampling", "rocksdb_bounded_memory", 1_256.0, 228.0, 25_300),
-    ])
+    table = pd.DataFrame(
+        [
+            _row("sampling", "rocksdb", 1_363.0, 369.0, 21_000),
+            _row("sampling", "rocksdb_changelog", 1_285.0, 288.0, 23_400),
+            _row("sampling", "rocksdb_bounded_memory", 1_256.0, 228.0, 25_300),
+        ]
+    )
     advice = tuning.recommend(table)
     assert advice.preset == "rocksdb_changelog"
     assert "rocksdb_bounded_memory had the lowest p95 batch time (1,256 ms)" in advice.reasons[0]

@@ -5,6 +5,7 @@ call databricks-sdk 0.70 makes (``/api/2.2/jobs/runs/list``)
 with canned JSON, answers anything else with a 404, and records every request so the tests can check
 what the SDK asked for and with which token.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,32 +18,52 @@ from urllib.parse import parse_qs, urlsplit
 import pandas as pd
 import pytest
 
-from sensorcep.workspace_runs import recent_runs, task_duration_plot
+from sensorcep.observability.workspace_runs import recent_runs, task_duration_plot
 
 JOB_ID = 123
 T = 1_767_614_400_000  # 2026-01-05 12:00:00 UTC in epoch ms
 
 
 def _task(key, run_id, start, execution_ms, result, end=0, life_cycle="TERMINATED"):
-    return {"task_key": key, "run_id": run_id, "start_time": start, "end_time": end,
-            "execution_duration": execution_ms,
-            "state": {"life_cycle_state": life_cycle, "result_state": result}}
+    return {
+        "task_key": key,
+        "run_id": run_id,
+        "start_time": start,
+        "end_time": end,
+        "execution_duration": execution_ms,
+        "state": {"life_cycle_state": life_cycle, "result_state": result},
+    }
 
 
 NEWER_RUN = {  # failed: sampling_state failed, so anomaly_alerts never started
-    "job_id": JOB_ID, "run_id": 902, "run_name": "sensor-cep pipeline", "start_time": T + 3_600_000,
+    "job_id": JOB_ID,
+    "run_id": 902,
+    "run_name": "sensor-cep pipeline",
+    "start_time": T + 3_600_000,
     "state": {"life_cycle_state": "TERMINATED", "result_state": "FAILED"},
-    "tasks": [_task("ingest", 9021, T + 3_610_000, 80_000, "SUCCESS"),
-              _task("sampling_state", 9022, T + 3_700_000, 45_500, "FAILED"),
-              _task("anomaly_alerts", 9023, 0, 0, "UPSTREAM_FAILED", life_cycle="SKIPPED")],
+    "tasks": [
+        _task("ingest", 9021, T + 3_610_000, 80_000, "SUCCESS"),
+        _task("sampling_state", 9022, T + 3_700_000, 45_500, "FAILED"),
+        _task("anomaly_alerts", 9023, 0, 0, "UPSTREAM_FAILED", life_cycle="SKIPPED"),
+    ],
 }
 OLDER_RUN = {  # succeeded; one task without execution_duration, one with only the newer `status`
-    "job_id": JOB_ID, "run_id": 901, "run_name": "sensor-cep pipeline", "start_time": T,
+    "job_id": JOB_ID,
+    "run_id": 901,
+    "run_name": "sensor-cep pipeline",
+    "start_time": T,
     "state": {"life_cycle_state": "TERMINATED", "result_state": "SUCCESS"},
-    "tasks": [_task("ingest", 9011, T + 10_000, 95_000, "SUCCESS"),
-              _task("sampling_state", 9012, T + 110_000, 0, "SUCCESS", end=T + 230_250),
-              {"task_key": "anomaly_alerts", "run_id": 9013, "start_time": T + 235_000, "execution_duration": 61_500,
-               "status": {"state": "TERMINATED", "termination_details": {"code": "SUCCESS", "type": "SUCCESS"}}}],
+    "tasks": [
+        _task("ingest", 9011, T + 10_000, 95_000, "SUCCESS"),
+        _task("sampling_state", 9012, T + 110_000, 0, "SUCCESS", end=T + 230_250),
+        {
+            "task_key": "anomaly_alerts",
+            "run_id": 9013,
+            "start_time": T + 235_000,
+            "execution_duration": 61_500,
+            "status": {"state": "TERMINATED", "termination_details": {"code": "SUCCESS", "type": "SUCCESS"}},
+        },
+    ],
 }
 
 
@@ -59,7 +80,9 @@ class FakeJobsApi(BaseHTTPRequestHandler):
             else:
                 self._answer(200, {"runs": [NEWER_RUN], "has_more": True, "next_page_token": "page-2"})
         elif url.path == "/api/2.2/jobs/runs/list":
-            self._answer(404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": f"Job {query['job_id'][0]} does not exist."})
+            self._answer(
+                404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": f"Job {query['job_id'][0]} does not exist."}
+            )
         else:
             self._answer(404, {"error_code": "ENDPOINT_NOT_FOUND", "message": f"no fake for {url.path}"})
 
@@ -114,26 +137,64 @@ def test_recent_runs_one_row_per_task_run(workspace):
     newer = {**common, "run_id": 902, "run_start": utc(T + 3_600_000), "run_result": "FAILED"}
     older = {**common, "run_id": 901, "run_start": utc(T), "run_result": "SUCCESS"}
     assert records(runs) == [
-        {**newer, "task_key": "ingest", "task_run_id": 9021, "task_start": utc(T + 3_610_000),
-         "task_seconds": 80.0, "task_result": "SUCCESS"},
-        {**newer, "task_key": "sampling_state", "task_run_id": 9022, "task_start": utc(T + 3_700_000),
-         "task_seconds": 45.5, "task_result": "FAILED"},
-        {**newer, "task_key": "anomaly_alerts", "task_run_id": 9023, "task_start": None,
-         "task_seconds": None, "task_result": "UPSTREAM_FAILED"},
-        {**older, "task_key": "ingest", "task_run_id": 9011, "task_start": utc(T + 10_000),
-         "task_seconds": 95.0, "task_result": "SUCCESS"},
-        {**older, "task_key": "sampling_state", "task_run_id": 9012, "task_start": utc(T + 110_000),
-         "task_seconds": 120.25, "task_result": "SUCCESS"},
-        {**older, "task_key": "anomaly_alerts", "task_run_id": 9013, "task_start": utc(T + 235_000),
-         "task_seconds": 61.5, "task_result": "SUCCESS"},
+        {
+            **newer,
+            "task_key": "ingest",
+            "task_run_id": 9021,
+            "task_start": utc(T + 3_610_000),
+            "task_seconds": 80.0,
+            "task_result": "SUCCESS",
+        },
+        {
+            **newer,
+            "task_key": "sampling_state",
+            "task_run_id": 9022,
+            "task_start": utc(T + 3_700_000),
+            "task_seconds": 45.5,
+            "task_result": "FAILED",
+        },
+        {
+            **newer,
+            "task_key": "anomaly_alerts",
+            "task_run_id": 9023,
+            "task_start": None,
+            "task_seconds": None,
+            "task_result": "UPSTREAM_FAILED",
+        },
+        {
+            **older,
+            "task_key": "ingest",
+            "task_run_id": 9011,
+            "task_start": utc(T + 10_000),
+            "task_seconds": 95.0,
+            "task_result": "SUCCESS",
+        },
+        {
+            **older,
+            "task_key": "sampling_state",
+            "task_run_id": 9012,
+            "task_start": utc(T + 110_000),
+            "task_seconds": 120.25,
+            "task_result": "SUCCESS",
+        },
+        {
+            **older,
+            "task_key": "anomaly_alerts",
+            "task_run_id": 9013,
+            "task_start": utc(T + 235_000),
+            "task_seconds": 61.5,
+            "task_result": "SUCCESS",
+        },
     ]
     assert str(runs.run_start.dtype) == str(runs.task_start.dtype) == "datetime64[ns, UTC]"
     assert runs.run_start.iloc[0] == pd.Timestamp("2026-01-05 13:00:00", tz="UTC")
 
     assert [(path, query) for path, query, _ in server.requests] == [  # by id: no lookup by (renamed) name
         ("/api/2.2/jobs/runs/list", {"job_id": ["123"], "limit": ["10"], "expand_tasks": ["true"]}),
-        ("/api/2.2/jobs/runs/list", {"job_id": ["123"], "limit": ["10"], "expand_tasks": ["true"],
-                                     "page_token": ["page-2"]}),
+        (
+            "/api/2.2/jobs/runs/list",
+            {"job_id": ["123"], "limit": ["10"], "expand_tasks": ["true"], "page_token": ["page-2"]},
+        ),
     ]
     assert {auth for _, _, auth in server.requests} == {"Bearer test-token"}
 
@@ -179,8 +240,8 @@ def test_runs_report_lists_the_job_passed_by_id_and_says_why_when_it_cannot(work
     import matplotlib
 
     matplotlib.use("Agg")
+    from sensorcep.observability.workspace_runs import runs_report
     from sensorcep.settings import Settings
-    from sensorcep.workspace_runs import runs_report
 
     monkeypatch.setenv("SENSORCEP_RUN_DIR", str(tmp_path))
     client, _ = workspace

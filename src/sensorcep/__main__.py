@@ -1,4 +1,5 @@
 """Command line: ``python -m sensorcep jars|broker|simulate|run|summary``."""
+
 from __future__ import annotations
 
 import argparse
@@ -6,8 +7,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from . import broker
-from .settings import env_settings
+from sensorcep.local import broker
+from sensorcep.settings import env_settings
 
 
 def _params(items: list[str]) -> dict[str, str]:
@@ -21,7 +22,7 @@ def _params(items: list[str]) -> dict[str, str]:
 
 
 def cmd_jars(args) -> None:
-    from . import jars
+    from sensorcep.local import jars
 
     if not jars.fetch():
         print(f"JVM dependencies are up to date in {jars.JARS_DIR}")
@@ -41,40 +42,56 @@ def cmd_broker(args) -> None:
 
 
 def cmd_simulate(args) -> None:
-    from . import simulator
-    from .kafka import client_config
+    from sensorcep.io.kafka import client_config
+    from sensorcep.local import simulator
 
     settings = env_settings(events_topic=args.topic, partitions=args.partitions)
     start = datetime.fromisoformat(args.start.replace("Z", "+00:00")) if args.start else None
     config = simulator.SimulationConfig(
-        events=args.events, devices=args.devices, seed=args.seed, start=start, rate=args.rate,
-        malformed_share=args.malformed_share, anomaly_share=args.anomaly_share,
-        duplicate_share=args.duplicate_share, late_share=args.late_share, too_late_share=args.too_late_share,
+        events=args.events,
+        devices=args.devices,
+        seed=args.seed,
+        start=start,
+        rate=args.rate,
+        malformed_share=args.malformed_share,
+        anomaly_share=args.anomaly_share,
+        duplicate_share=args.duplicate_share,
+        late_share=args.late_share,
+        too_late_share=args.too_late_share,
     )
-    broker.create_topics(settings.kafka_bootstrap_servers, [t for t in (settings.events_topic, settings.alerts_topic,
-                         settings.acks_topic, settings.escalations_topic) if t], partitions=settings.partitions)
+    broker.create_topics(
+        settings.kafka_bootstrap_servers,
+        [
+            t
+            for t in (settings.events_topic, settings.alerts_topic, settings.acks_topic, settings.escalations_topic)
+            if t
+        ],
+        partitions=settings.partitions,
+    )
     sim = simulator.generate(config)
     conf = client_config(settings)
     bootstrap = conf.pop("bootstrap.servers")
     simulator.produce(sim, bootstrap, settings.events_topic, progress=True, extra_config=conf)
     if args.acks_share > 0:
         acks = simulator.acknowledgements(sim, settings.anomaly_threshold, args.acks_share)
-        simulator.produce_records(acks, bootstrap,
-                                  settings.acks_topic, extra_config=conf)
+        simulator.produce_records(acks, bootstrap, settings.acks_topic, extra_config=conf)
         print(f"produced {len(acks):,} acknowledgements to {settings.acks_topic}")
     if args.devices_table:
         simulator.write_devices_table(settings, config.devices, config.seed)
     counts = ", ".join(f"{k}={v:,}" for k, v in sorted(sim.summary().items()))
-    print(f"produced to {settings.events_topic}: {counts}; simulated span {config.resolved_start():%Y-%m-%d %H:%M:%S} -> {sim.end:%H:%M:%S} UTC")
+    print(
+        f"produced to {settings.events_topic}: {counts}; "
+        f"simulated span {config.resolved_start():%Y-%m-%d %H:%M:%S} -> {sim.end:%H:%M:%S} UTC"
+    )
 
 
 def cmd_run(args) -> None:
-    from .jobs import ALWAYS_ON_JOB_KEY, JOB_KEY, JobError, run, run_always_on
+    from sensorcep.local.jobs import ALWAYS_ON_JOB_KEY, JOB_KEY, JobError, run, run_always_on
 
     job = args.job or JOB_KEY
     try:
         if job == ALWAYS_ON_JOB_KEY:
-            from .runtime import get_spark
+            from sensorcep.runtime import get_spark
 
             run_always_on(job, _params(args.param), minutes=args.minutes, every_s=args.every)
             get_spark().stop()  # before the interpreter exits: the progress listener must not outlive Python
@@ -87,7 +104,7 @@ def cmd_run(args) -> None:
 
 
 def cmd_summary(args) -> None:
-    from .report import print_summary
+    from sensorcep.local.summary import print_summary
 
     print_summary(env_settings(), Path(args.runs) if args.runs else None)
 
@@ -110,20 +127,29 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rate", type=float, default=1_000.0, help="events per simulated second")
     p.add_argument("--start", help="simulated start (ISO-8601); default: span ends now")
     p.add_argument("--topic", default=None, help="default: the events_topic setting")
-    p.add_argument("--partitions", type=int, default=None, help="partitions of topics it creates (default: the partitions setting)")
+    p.add_argument(
+        "--partitions", type=int, default=None, help="partitions of topics it creates (default: the partitions setting)"
+    )
     p.add_argument("--malformed-share", type=float, default=0.01)
     p.add_argument("--anomaly-share", type=float, default=0.01)
     p.add_argument("--duplicate-share", type=float, default=0.01)
     p.add_argument("--late-share", type=float, default=0.02)
     p.add_argument("--too-late-share", type=float, default=0.005)
-    p.add_argument("--acks-share", type=float, default=0.7,
-                   help="share of alerts acknowledged on the acks topic (0-20 min after the event)")
+    p.add_argument(
+        "--acks-share",
+        type=float,
+        default=0.7,
+        help="share of alerts acknowledged on the acks topic (0-20 min after the event)",
+    )
     p.add_argument("--devices-table", action="store_true", help="also write the devices dimension table")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("run", help="run a bundle job locally (default: the pipeline job)")
-    p.add_argument("--job", help="job key in bundles/*.yml: sensor_cep_pipeline (default) or sensor_cep_streaming "
-                                 "(always on: runs until Ctrl-C or --minutes)")
+    p.add_argument(
+        "--job",
+        help="job key in bundles/*.yml: sensor_cep_pipeline (default) or sensor_cep_streaming "
+        "(always on: runs until Ctrl-C or --minutes)",
+    )
     p.add_argument("--minutes", type=float, help="always-on job: stop after this many minutes")
     p.add_argument("--every", type=float, default=10.0, help="always-on job: seconds between progress lines")
     p.add_argument("--task", action="append", help="pipeline job: only these task keys (repeatable)")
@@ -135,8 +161,8 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(func=cmd_summary)
 
     args = parser.parse_args(argv)
-    from .jars import JarsError
-    from .runtime import JavaMissingError
+    from sensorcep.local.jars import JarsError
+    from sensorcep.runtime import JavaMissingError
 
     try:
         args.func(args)

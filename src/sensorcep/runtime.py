@@ -4,6 +4,7 @@ Everything else asks this module for a SparkSession, for ``dbutils`` (and secret
 names that differ (Kafka's JAAS login modules, the RocksDB state store), and never looks at the
 environment itself. Kafka and Delta are the same connectors on both sides.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,31 +61,77 @@ def local_spark_conf(cores: int | None = None) -> dict[str, str]:
         "spark.scheduler.mode": "FAIR",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        "spark.log.level": "ERROR",
         "spark.driver.memory": os.environ.get("SENSORCEP_DRIVER_MEMORY", "6g"),
         "spark.sql.adaptive.enabled": "false",
         "spark.python.worker.reuse": "true",
         # Python workers (stateful processors) yield the CPU to the real-time alert query's JVM tasks
-        "spark.python.daemon.module": "sensorcep.low_priority_daemon",
+        "spark.python.daemon.module": "sensorcep.local.low_priority_daemon",
         # every idempotent Delta write replays the table's log to find its transactions: one task, not 50
         # (measured here: ~0.7 s per small txn append with 1, ~0.9 s with 2, 3-4.5 s with 50)
         "spark.databricks.delta.snapshotPartitions": "1",
     }
 
 
+class RealTimeUnavailableError(RuntimeError):
+    pass
+
+
 def set_trigger(writer, trigger: dict):
     """``DataStreamWriter.trigger(**trigger)``; real-time mode also where PySpark has no ``realTime`` keyword.
 
     Databricks' PySpark (and Apache Spark's from 4.2) takes ``trigger(realTime=...)``; open-source PySpark 4.1
-    has the JVM's ``Trigger.RealTime`` (SPARK-53736) but not yet the keyword, so a classic session sets it there.
+    has the JVM's ``Trigger.RealTime`` (SPARK-53736) but not yet the keyword, so a classic session sets it
+    there. Open-source Spark Connect 4.1 has no way to ask for it: a clear error.
     """
     if "realTime" not in trigger:
         return writer.trigger(**trigger)
     try:
         return writer.trigger(**trigger)
     except TypeError:
-        jvm_trigger = writer._spark._jvm.org.apache.spark.sql.streaming.Trigger.RealTime(trigger["realTime"])
-        writer._jwrite = writer._jwrite.trigger(jvm_trigger)
+        context = classic_context(writer._spark)
+        if context is None:
+            raise RealTimeUnavailableError(
+                "real-time mode needs Databricks' PySpark (trigger(realTime=...)) or a classic session; this "
+                "open-source Spark Connect session has neither: set alerts_trigger to an interval, "
+                "e.g. '1 second'"
+            ) from None
+        real_time = context._gateway.jvm.org.apache.spark.sql.streaming.Trigger.RealTime(trigger["realTime"])
+        writer._jwrite = writer._jwrite.trigger(real_time)
         return writer
+
+
+# ------------------------------------------------------------------------------ classic or Spark Connect
+def is_connect(spark) -> bool:
+    """Whether ``spark`` is a Spark Connect session (serverless, standard access mode, ``SPARK_REMOTE``)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def classic_context(spark):
+    """The SparkContext behind a classic session, or None under Spark Connect, which has none.
+
+    The one door to classic-only features (FAIR scheduler pools, the JVM's real-time trigger): every caller
+    handles None by degrading with a logged sentence or a clear error.
+    """
+    if is_connect(spark):
+        return None
+    from pyspark import SparkContext
+
+    return SparkContext.getOrCreate()
+
+
+def session_alive(spark) -> bool:
+    """False once the session (Connect) or the application (classic) has been stopped."""
+    if is_connect(spark):
+        return not spark.is_stopped
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
+
+
+def session_key(spark) -> str:
+    """A stable id of the session's application (Connect: the session id)."""
+    return spark.session_id if is_connect(spark) else spark.conf.get("spark.app.id")
 
 
 def check_java() -> str:
@@ -109,17 +156,22 @@ def get_spark(app_name: str = "sensor-cep", extra_conf: tuple = ()):
 
     if is_databricks():
         return SparkSession.builder.getOrCreate()
+    if os.environ.get("SPARK_REMOTE"):  # a Spark Connect client, e.g. of a local session serving Connect
+        return SparkSession.builder.remote(os.environ["SPARK_REMOTE"]).getOrCreate()
     check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
-    conf = {**local_spark_conf(), **connector_conf(), "spark.scheduler.allocation.file": fair_pools_file(),
-            **dict(extra_conf)}
+    conf = {
+        **local_spark_conf(),
+        **connector_conf(),
+        "spark.scheduler.allocation.file": fair_pools_file(),
+        **connect_server_conf(),
+        **dict(extra_conf),
+    }
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return builder.getOrCreate()
 
 
 def connector_conf() -> dict[str, str]:
@@ -127,16 +179,31 @@ def connector_conf() -> dict[str, str]:
     (fetched by ``make venv``) and Delta's SQL extension and catalog, as Delta's docs configure them."""
     from importlib.metadata import version
 
-    from .jars import pinned_version, spark_jars
+    from sensorcep.local.jars import pinned_version, spark_jars
 
     if version("delta-spark") != pinned_version("delta.version"):
-        raise RuntimeError(f"delta-spark {version('delta-spark')} (requirements.txt) differs from Delta's jars "
-                           f"{pinned_version('delta.version')} (jvm/pom.xml): pin the same version in both")
+        raise RuntimeError(
+            f"delta-spark {version('delta-spark')} (requirements.txt) differs from Delta's jars "
+            f"{pinned_version('delta.version')} (jvm/pom.xml): pin the same version in both"
+        )
     return {
         "spark.jars": ",".join(spark_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     }
+
+
+#: a local session also serves Spark Connect on this port when the variable is set (tests; trying Connect locally)
+CONNECT_PORT_ENV = "SENSORCEP_CONNECT_SERVER_PORT"
+
+
+def connect_server_conf() -> dict[str, str]:
+    """Spark Connect's server as a plugin of the local session (its jar ships in the pyspark wheel): a client
+    started with ``SPARK_REMOTE=sc://localhost:<port>`` then runs on this JVM, with its jars and confs."""
+    port = os.environ.get(CONNECT_PORT_ENV)
+    if not port:
+        return {}
+    return {"spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin", "spark.connect.grpc.binding.port": port}
 
 
 def fair_pools_file() -> str:
@@ -147,10 +214,11 @@ def fair_pools_file() -> str:
     """
     import tempfile
 
-    from .settings import defaults, parse_pools
+    from sensorcep.settings import defaults, parse_pools
 
     pools = "".join(
-        f'<pool name="{name}"><schedulingMode>FAIR</schedulingMode><weight>{weight}</weight><minShare>0</minShare></pool>'
+        f'<pool name="{name}"><schedulingMode>FAIR</schedulingMode>'
+        f"<weight>{weight}</weight><minShare>0</minShare></pool>"
         for name, weight in parse_pools(defaults()["scheduler_pools"]).items()
     )
     path = os.path.join(tempfile.gettempdir(), f"sensorcep-fairscheduler-{os.getpid()}.xml")

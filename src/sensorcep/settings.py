@@ -4,14 +4,15 @@ Every notebook reads its job parameters (Databricks widgets, or the local stand-
 :class:`Settings`; defaults live here and nowhere else. Table and checkpoint locations are derived
 from ``base_path`` deterministically so a restart finds its checkpoint.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Iterable, Mapping
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_BROKER = "127.0.0.1:9092"
@@ -30,8 +31,23 @@ TABLES = (
 )
 
 #: bronze columns an extra event field may not shadow
-RESERVED_COLUMNS = frozenset({"device_id", "sensor_freq", "event_time", "topic", "partition", "offset",
-                              "kafka_timestamp", "ingest_time", "part_date", "reason", "raw_value", "key", "value"})
+RESERVED_COLUMNS = frozenset(
+    {
+        "device_id",
+        "sensor_freq",
+        "event_time",
+        "topic",
+        "partition",
+        "offset",
+        "kafka_timestamp",
+        "ingest_time",
+        "part_date",
+        "reason",
+        "raw_value",
+        "key",
+        "value",
+    }
+)
 
 
 class SettingsError(ValueError):
@@ -57,13 +73,20 @@ class Settings:
     anomaly_threshold: float = 0.0
     ack_timeout: str = "10 minutes"
     max_future: str = "1 day"
-    alerts_trigger: str = field(default="realtime", metadata={
-        "doc": "the alert query's trigger: realtime[:<checkpoint interval>], an interval, or availableNow"})
+    alerts_trigger: str = field(
+        default="realtime",
+        metadata={"doc": "the alert query's trigger: realtime[:<checkpoint interval>], an interval, or availableNow"},
+    )
     tuning_preset: str = "quick"
     kafka_secret_scope: str = ""
-    accept_data_loss: bool = field(default=False, metadata={
-        "doc": "true: a query whose Kafka records were deleted before it read them goes on from the earliest records "
-               "left (stream_progress counts the skipped ones); false: it stops with an error saying what was lost"})
+    accept_data_loss: bool = field(
+        default=False,
+        metadata={
+            "doc": "true: a query whose Kafka records were deleted before it read them goes on from the earliest "
+            "records left (stream_progress counts the skipped ones); false: it stops with an error saying what was "
+            "lost"
+        },
+    )
     scheduler_pools: str = "sampling:1,alerts:2"
     query_suffix: str = field(default="", metadata={"doc": "appended to query/checkpoint names"})
     extra_fields: str = field(default="", metadata={"doc": "optional event fields kept in bronze (comma list)"})
@@ -71,7 +94,7 @@ class Settings:
 
     # ----------------------------------------------------------------- construction
     @classmethod
-    def from_mapping(cls, values: Mapping[str, object]) -> "Settings":
+    def from_mapping(cls, values: Mapping[str, object]) -> Settings:
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(values) - set(known))
         if unknown:
@@ -83,7 +106,7 @@ class Settings:
         settings.validate()
         return settings
 
-    def replace(self, **changes) -> "Settings":
+    def replace(self, **changes) -> Settings:
         new = dataclasses.replace(self, **changes)
         new.validate()
         return new
@@ -91,13 +114,22 @@ class Settings:
     def validate(self) -> None:
         if self.sample_scope not in ("window", "device"):
             raise SettingsError(f"sample_scope must be 'window' or 'device', not {self.sample_scope!r}")
-        for name in ("window_duration", "slide_duration", "watermark_delay", "device_timeout", "ack_timeout", "max_future"):
+        for name in (
+            "window_duration",
+            "slide_duration",
+            "watermark_delay",
+            "device_timeout",
+            "ack_timeout",
+            "max_future",
+        ):
             parse_duration(getattr(self, name), name)
         if parse_duration(self.slide_duration) > parse_duration(self.window_duration):
             raise SettingsError("slide_duration must not exceed window_duration")
         if parse_duration(self.window_duration) % parse_duration(self.slide_duration):
-            raise SettingsError(f"slide_duration ({self.slide_duration}) must divide window_duration "
-                                f"({self.window_duration}) into whole slides, e.g. 60 s by 20, 30 or 60 s")
+            raise SettingsError(
+                f"slide_duration ({self.slide_duration}) must divide window_duration "
+                f"({self.window_duration}) into whole slides, e.g. 60 s by 20, 30 or 60 s"
+            )
         if is_realtime(self.trigger):
             raise SettingsError("trigger: real-time mode runs stateless queries only; it is for alerts_trigger")
         parse_trigger(self.alerts_trigger)
@@ -108,8 +140,10 @@ class Settings:
         parse_pools(self.scheduler_pools)
         for name in self.extra_field_names:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in RESERVED_COLUMNS:
-                raise SettingsError(f"extra_fields: {name!r} is not a usable column name (letters, digits, _; "
-                                    f"not one of {', '.join(sorted(RESERVED_COLUMNS))})")
+                raise SettingsError(
+                    f"extra_fields: {name!r} is not a usable column name (letters, digits, _; "
+                    f"not one of {', '.join(sorted(RESERVED_COLUMNS))})"
+                )
 
     # ----------------------------------------------------------------- derived locations
     def table_path(self, name: str) -> str:
@@ -166,11 +200,23 @@ def _coerce(name: str, type_name, value):
 
 
 _UNITS = {
-    "ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001,
-    "s": 1, "sec": 1, "second": 1, "seconds": 1,
-    "m": 60, "min": 60, "minute": 60, "minutes": 60,
-    "h": 3600, "hour": 3600, "hours": 3600,
-    "d": 86400, "day": 86400, "days": 86400,
+    "ms": 0.001,
+    "millisecond": 0.001,
+    "milliseconds": 0.001,
+    "s": 1,
+    "sec": 1,
+    "second": 1,
+    "seconds": 1,
+    "m": 60,
+    "min": 60,
+    "minute": 60,
+    "minutes": 60,
+    "h": 3600,
+    "hour": 3600,
+    "hours": 3600,
+    "d": 86400,
+    "day": 86400,
+    "days": 86400,
 }
 
 
@@ -179,7 +225,7 @@ def parse_duration(text: str, name: str = "duration") -> float:
     parts = str(text).strip().split()
     if len(parts) == 1:
         digits = parts[0].rstrip("abcdefghijklmnopqrstuvwxyz")
-        parts = [digits, parts[0][len(digits):] or "seconds"]
+        parts = [digits, parts[0][len(digits) :] or "seconds"]
     try:
         number, unit = float(parts[0]), parts[1].lower()
         return number * _UNITS[unit]
@@ -209,8 +255,10 @@ def parse_trigger(text: str) -> dict:
     if mode.strip().lower() in ("realtime", "real-time", "real_time"):
         interval = interval.strip() or REALTIME_DEFAULT_INTERVAL
         if parse_duration(interval, "realtime trigger") < REALTIME_MIN_SECONDS:
-            raise SettingsError(f"trigger {text!r}: a real-time-mode checkpoint interval is at least "
-                                f"{REALTIME_MIN_SECONDS:g} seconds (it is not a latency)")
+            raise SettingsError(
+                f"trigger {text!r}: a real-time-mode checkpoint interval is at least "
+                f"{REALTIME_MIN_SECONDS:g} seconds (it is not a latency)"
+            )
         return {"realTime": interval}
     parse_duration(text, "trigger")
     return {"processingTime": text}

@@ -10,6 +10,7 @@ The local broker keeps records until the folder is deleted (``log.retention.ms=-
 events carry historic Kafka timestamps (``CreateTime``), which time-based retention would delete at its
 next check. A production cluster keeps its own retention; nothing here sets topic configs on it.
 """
+
 from __future__ import annotations
 
 import base64
@@ -22,7 +23,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from .settings import LOCAL_BROKER, PROJECT_ROOT
+from sensorcep.settings import LOCAL_BROKER, PROJECT_ROOT
 
 DEFAULT_DATA_DIR = PROJECT_ROOT / ".broker"
 DEFAULT_PARTITIONS = 2
@@ -51,77 +52,107 @@ def _free_port(host: str) -> int:
 
 
 def _java() -> str:
-    from .runtime import check_java
+    from sensorcep.runtime import check_java
 
     return check_java()
 
 
 def _properties(data_dir: Path, host: str, port: int, controller_port: int) -> str:
-    return "\n".join([
-        "# written by `python -m sensorcep broker up`: a one-node KRaft cluster for the local twin",
-        "process.roles=broker,controller",
-        "node.id=1",
-        f"controller.quorum.bootstrap.servers={host}:{controller_port}",
-        f"listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
-        f"advertised.listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "controller.listener.names=CONTROLLER",
-        "inter.broker.listener.name=PLAINTEXT",
-        f"log.dirs={data_dir / 'data'}",
-        f"num.partitions={DEFAULT_PARTITIONS}",
-        "offsets.topic.replication.factor=1",
-        "offsets.topic.num.partitions=4",
-        "transaction.state.log.replication.factor=1",
-        "transaction.state.log.min.isr=1",
-        "share.coordinator.state.topic.replication.factor=1",
-        "share.coordinator.state.topic.min.isr=1",
-        "group.initial.rebalance.delay.ms=0",
-        "# historic CreateTime timestamps (simulated data) must not be deleted by time retention (module docstring)",
-        "log.retention.ms=-1",
-        "# two cores shared with Spark: few threads",
-        "num.network.threads=2",
-        "num.io.threads=2",
-        "background.threads=2",
-        "num.recovery.threads.per.data.dir=1",
-        "log.cleaner.threads=1",
-        "",
-    ])
+    return "\n".join(
+        [
+            "# written by `python -m sensorcep broker up`: a one-node KRaft cluster for the local twin",
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.bootstrap.servers={host}:{controller_port}",
+            f"listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+            f"advertised.listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            f"log.dirs={data_dir / 'data'}",
+            f"num.partitions={DEFAULT_PARTITIONS}",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=4",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "# historic CreateTime timestamps (simulated data) must not be deleted by time retention (see the module)",
+            "log.retention.ms=-1",
+            "# two cores shared with Spark: few threads",
+            "num.network.threads=2",
+            "num.io.threads=2",
+            "background.threads=2",
+            "num.recovery.threads.per.data.dir=1",
+            "log.cleaner.threads=1",
+            "",
+        ]
+    )
 
 
 def _log4j(data_dir: Path) -> Path:
     path = data_dir / "log4j2.properties"
-    path.write_text("\n".join([
-        "rootLogger.level = WARN",
-        "rootLogger.appenderRef.console.ref = console",
-        "appender.console.type = Console",
-        "appender.console.name = console",
-        "appender.console.layout.type = PatternLayout",
-        "appender.console.layout.pattern = [%d] %p %m (%c)%n",
-        "logger.server.name = kafka.server.KafkaRaftServer",
-        "logger.server.level = INFO",
-        "",
-    ]))
+    path.write_text(
+        "\n".join(
+            [
+                "rootLogger.level = WARN",
+                "rootLogger.appenderRef.console.ref = console",
+                "appender.console.type = Console",
+                "appender.console.name = console",
+                "appender.console.layout.type = PatternLayout",
+                "appender.console.layout.pattern = [%d] %p %m (%c)%n",
+                "logger.server.name = kafka.server.KafkaRaftServer",
+                "logger.server.level = INFO",
+                "",
+            ]
+        )
+    )
     return path
 
 
-def _jvm(data_dir: Path, main: str, *args: str) -> list[str]:
-    from .jars import broker_classpath
+def _java_command(data_dir: Path, main: str, *args: str) -> list[str]:
+    from sensorcep.local.jars import broker_classpath
 
     heap = os.environ.get("SENSORCEP_BROKER_HEAP", "512m")
-    return [_java(), f"-Xmx{heap}", f"-Xms128m", "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={_log4j(data_dir)}", "-cp", broker_classpath(), main, *args]
+    return [
+        _java(),
+        f"-Xmx{heap}",
+        "-Xms128m",
+        "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={_log4j(data_dir)}",
+        "-cp",
+        broker_classpath(),
+        main,
+        *args,
+    ]
 
 
 def _format_storage(data_dir: Path, properties: Path) -> None:
     """Kafka's storage tool, once: a new cluster id, this node as the standalone controller."""
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    result = subprocess.run(_jvm(data_dir, "kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
-                                 "--config", str(properties), "--standalone"),
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        _java_command(
+            data_dir,
+            "kafka.tools.StorageTool",
+            "format",
+            "--cluster-id",
+            cluster_id,
+            "--config",
+            str(properties),
+            "--standalone",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if result.returncode != 0:
-        raise BrokerError(f"Kafka's storage tool could not format {data_dir / 'data'}: "
-                          f"{(result.stderr or result.stdout).strip()[-500:]}")
+        raise BrokerError(
+            f"Kafka's storage tool could not format {data_dir / 'data'}: "
+            f"{(result.stderr or result.stdout).strip()[-500:]}"
+        )
 
 
 # ------------------------------------------------------------------------------ our process
@@ -164,19 +195,26 @@ def _console_tail(data_dir: Path, lines: int = 6) -> str:
     return " | ".join(wanted[-lines:])
 
 
-def wait_until_ready(bootstrap: str, timeout: float = START_TIMEOUT_S, process: subprocess.Popen | None = None,
-                     data_dir: Path | None = None) -> None:
+def wait_until_ready(
+    bootstrap: str,
+    timeout: float = START_TIMEOUT_S,
+    process: subprocess.Popen | None = None,
+    data_dir: Path | None = None,
+) -> None:
     """Block until the broker answers a metadata request (or its process has died: then say why)."""
     from confluent_kafka.admin import AdminClient
 
     deadline = time.monotonic() + timeout
     last = None
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 1000,
-                         "log_level": 0})  # "connection refused" is expected while the broker starts
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 1000, "log_level": 0}
+    )  # "connection refused" is expected while the broker starts
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            raise BrokerError(f"the Kafka broker exited during start (code {process.returncode}): "
-                              f"{_console_tail(data_dir) if data_dir else ''}")
+            raise BrokerError(
+                f"the Kafka broker exited during start (code {process.returncode}): "
+                f"{_console_tail(data_dir) if data_dir else ''}"
+            )
         try:
             metadata = admin.list_topics(timeout=2)
             if metadata.brokers:
@@ -203,16 +241,22 @@ def up(bootstrap: str = LOCAL_BROKER, data_dir: Path = DEFAULT_DATA_DIR) -> str:
     properties = data_dir / "server.properties"
     formatted = (data_dir / "data" / "meta.properties").exists()
     if formatted:  # keep the controller port the storage was formatted with
-        controller_port = int(properties.read_text().split("controller.quorum.bootstrap.servers=")[1]
-                              .split()[0].rpartition(":")[2])
+        controller_port = int(
+            properties.read_text().split("controller.quorum.bootstrap.servers=")[1].split()[0].rpartition(":")[2]
+        )
     else:
         controller_port = _free_port(host)
     properties.write_text(_properties(data_dir, host, port, controller_port))
     if not formatted:
         _format_storage(data_dir, properties)
     with open(data_dir / "broker.out", "ab") as console:
-        process = subprocess.Popen(_jvm(data_dir, "kafka.Kafka", str(properties)), stdout=console,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            _java_command(data_dir, "kafka.Kafka", str(properties)),
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     _pid_file(data_dir).write_text(f"{process.pid} {_started_at(process.pid)}")
     try:
         wait_until_ready(bootstrap, process=process, data_dir=data_dir)
@@ -265,8 +309,9 @@ def status(data_dir: Path = DEFAULT_DATA_DIR) -> str:
 
 
 # ------------------------------------------------------------------------------ topics
-def create_topics(bootstrap: str, topics: dict[str, int] | list[str], config: dict | None = None,
-                  partitions: int = DEFAULT_PARTITIONS) -> None:
+def create_topics(
+    bootstrap: str, topics: dict[str, int] | list[str], config: dict | None = None, partitions: int = DEFAULT_PARTITIONS
+) -> None:
     """Create topics that do not exist yet (a list: ``partitions`` each, or name -> partitions)."""
     if not isinstance(topics, dict):
         topics = {name: partitions for name in topics}
@@ -278,7 +323,7 @@ def create_topics(bootstrap: str, topics: dict[str, int] | list[str], config: di
     wanted = [NewTopic(name, n, 1) for name, n in topics.items() if name not in existing]
     if not wanted:
         return
-    for name, future in admin.create_topics(wanted).items():
+    for future in admin.create_topics(wanted).values():
         try:
             future.result(timeout=30)
         except Exception as exc:
@@ -295,7 +340,7 @@ def delete_topics(bootstrap: str, topics: list[str]) -> None:
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     doomed = [name for name in topics if name in admin.list_topics(timeout=10).topics]
-    for future in (admin.delete_topics(doomed, operation_timeout=30).values() if doomed else []):
+    for future in admin.delete_topics(doomed, operation_timeout=30).values() if doomed else []:
         future.result(timeout=30)
 
 

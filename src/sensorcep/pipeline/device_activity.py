@@ -13,9 +13,10 @@ Transitions are decided from the events seen so far; an out-of-order event arriv
 within the watermark) does not retract one already emitted. The latest row per device is its
 current status (``current_status``).
 """
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -23,7 +24,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
-from .settings import Settings, parse_duration
+from sensorcep.settings import Settings, parse_duration
 
 STATE_SCHEMA = "first_seen_ms long, last_seen_ms long, event_count long, online boolean"
 PROCESSOR_OUTPUT = (
@@ -80,10 +81,18 @@ class DeviceActivity(StatefulProcessor):
 
     @staticmethod
     def _rows(device, changes, first, last, count) -> pd.DataFrame:
-        events, statuses, at = zip(*changes)
-        return pd.DataFrame({"device_id": device, "status_event": list(events), "status": list(statuses),
-                             "changed_at_ms": list(at), "first_seen_ms": int(first), "last_seen_ms": int(last),
-                             "event_count": int(count)})
+        events, statuses, at = zip(*changes, strict=False)
+        return pd.DataFrame(
+            {
+                "device_id": device,
+                "status_event": list(events),
+                "status": list(statuses),
+                "changed_at_ms": list(at),
+                "first_seen_ms": int(first),
+                "last_seen_ms": int(last),
+                "event_count": int(count),
+            }
+        )
 
     def close(self) -> None:
         pass
@@ -105,8 +114,12 @@ def status_stream(events: DataFrame, settings: Settings) -> DataFrame:
         )
     )
     return changes.select(
-        "device_id", "status_event", "status", F.timestamp_millis("changed_at_ms").alias("changed_at"),
-        F.timestamp_millis("first_seen_ms").alias("first_seen"), F.timestamp_millis("last_seen_ms").alias("last_seen"),
+        "device_id",
+        "status_event",
+        "status",
+        F.timestamp_millis("changed_at_ms").alias("changed_at"),
+        F.timestamp_millis("first_seen_ms").alias("first_seen"),
+        F.timestamp_millis("last_seen_ms").alias("last_seen"),
         "event_count",
     )
 
@@ -117,15 +130,21 @@ def current_status(status: DataFrame) -> DataFrame:
     return status.withColumn("_n", F.row_number().over(latest)).where("_n = 1").drop("_n")
 
 
+def status_counts(status: DataFrame) -> dict[str, int]:
+    """Devices by current status (e.g. ``{"online": 41, "offline": 9}``)."""
+    counts = current_status(status).groupBy("status").count().collect()
+    return {row["status"]: row["count"] for row in sorted(counts, key=lambda row: row["status"])}
+
+
 QUERY = "device_activity"
 
 
 def start_device_activity(spark, settings: Settings, *, wait: bool = True, events: DataFrame | None = None):
     """Run (availableNow) or start the device activity query: events (default: ``bronze_events`` as a Delta stream)
     -> ``device_status``."""
-    from . import delta
-    from .ingest import bronze_event_stream
-    from .streaming import run_available_now, start_query, writer_id
+    from sensorcep.io import delta
+    from sensorcep.pipeline.ingest import bronze_event_stream
+    from sensorcep.pipeline.streaming import run_available_now, start_query, writer_id
 
     events = events if events is not None else bronze_event_stream(spark, settings)
     writer = delta.batch_writer(settings.table_path("device_status"), lambda: writer_id(settings, QUERY))

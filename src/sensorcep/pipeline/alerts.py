@@ -15,6 +15,7 @@
   ``event_time <= ack_time <= event_time + ack_timeout``. An alert without a matching ack is emitted
   once, when the watermark passes its bound, into ``alert_escalations``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,18 +23,20 @@ import hashlib
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from . import delta
-from .kafka import read_kafka, sink_options, write_kafka
-from .settings import Settings
-from .streaming import materialized, writer_id
+from sensorcep.io import delta
+from sensorcep.io.kafka import read_kafka, sink_options, write_kafka
+from sensorcep.pipeline.streaming import materialized, query_conf, writer_id
+from sensorcep.settings import Settings
 
 QUERY = "alerts"
 ANOMALIES_QUERY = "anomalies"
 ESCALATION_QUERY = "escalations"
 #: the alert record (JSON value on the alerts topic, key = device id); kafka_timestamp = when the event reached Kafka
 ALERT_FIELDS = ["alert_id", "device_id", "sensor_freq", "event_time", "kafka_timestamp", "rule"]
-ALERT_SCHEMA = ("alert_id string, device_id string, sensor_freq double, event_time timestamp, "
-                "kafka_timestamp timestamp, rule string")
+ALERT_SCHEMA = (
+    "alert_id string, device_id string, sensor_freq double, event_time timestamp, "
+    "kafka_timestamp timestamp, rule string"
+)
 #: an alert read back from the topic: its fields + detected_at (the alert record's Kafka timestamp)
 ANOMALY_FIELDS = [*ALERT_FIELDS, "detected_at"]
 ACK_SCHEMA = "alert_id string, acked_by string, ack_time timestamp"
@@ -57,7 +60,11 @@ def alert_stream(events: DataFrame, settings: Settings) -> DataFrame:
     """Valid events -> alerts (:data:`ALERT_FIELDS`). No watermark, no state: late events alert too."""
     rule = rule_text(settings.anomaly_threshold)
     return events.where(F.col("sensor_freq") < settings.anomaly_threshold).select(
-        alert_id_column(rule).alias("alert_id"), "device_id", "sensor_freq", "event_time", "kafka_timestamp",
+        alert_id_column(rule).alias("alert_id"),
+        "device_id",
+        "sensor_freq",
+        "event_time",
+        "kafka_timestamp",
         F.lit(rule).alias("rule"),
     )
 
@@ -72,23 +79,29 @@ def start_alerts(spark: SparkSession, settings: Settings, *, wait: bool = True, 
 
     Events topic -> 01's parser, valid events only -> the rule -> alerts topic, through Spark's Kafka sink.
     """
-    from .ingest import valid_events
-    from .settings import is_realtime
-    from .streaming import run_available_now, start_query
+    from sensorcep.pipeline.ingest import valid_events
+    from sensorcep.pipeline.streaming import run_available_now, start_query
+    from sensorcep.settings import is_realtime
 
     if events is None:
         raw = read_kafka(spark, settings, settings.events_topic, realtime=is_realtime(settings.alerts_trigger))
         events = valid_events(raw, settings)
     runner = run_available_now if wait else start_query
-    return runner(alert_stream(events, settings).select(*kafka_columns()), settings, QUERY,
-                  sink=("kafka", sink_options(settings, settings.alerts_topic)),
-                  trigger=settings.alerts_trigger, pool="alerts")
+    return runner(
+        alert_stream(events, settings).select(*kafka_columns()),
+        settings,
+        QUERY,
+        sink=("kafka", sink_options(settings, settings.alerts_topic)),
+        trigger=settings.alerts_trigger,
+        pool="alerts",
+    )
 
 
 def read_alerts(spark: SparkSession, settings: Settings) -> DataFrame:
     """The alerts topic as a stream of alerts (:data:`ANOMALY_FIELDS`)."""
     return parse_json_records(read_kafka(spark, settings, settings.alerts_topic), ALERT_SCHEMA).withColumnRenamed(
-        "timestamp", "detected_at")
+        "timestamp", "detected_at"
+    )
 
 
 def merge_anomalies_batch(settings: Settings):
@@ -100,8 +113,11 @@ def merge_anomalies_batch(settings: Settings):
     path = settings.table_path("anomalies")
 
     def write(batch: DataFrame, batch_id: int) -> None:
-        rows = (batch.where(F.col("alert_id").isNotNull()).dropDuplicates(["alert_id"])
-                .select(*ANOMALY_FIELDS, F.to_date("event_time").alias("part_date")))
+        rows = (
+            batch.where(F.col("alert_id").isNotNull())
+            .dropDuplicates(["alert_id"])
+            .select(*ANOMALY_FIELDS, F.to_date("event_time").alias("part_date"))
+        )
         delta.merge_new_rows(rows, path, "alert_id", ["part_date"])
 
     return write
@@ -109,11 +125,12 @@ def merge_anomalies_batch(settings: Settings):
 
 def start_anomalies(spark: SparkSession, settings: Settings, *, wait: bool = True):
     """Run (availableNow) or start (``trigger``) the query recording alerts in ``anomalies``, off the latency path."""
-    from .streaming import run_available_now, start_query
+    from sensorcep.pipeline.streaming import run_available_now, start_query
 
     runner = run_available_now if wait else start_query
-    return runner(read_alerts(spark, settings), settings, ANOMALIES_QUERY,
-                  foreach_batch=merge_anomalies_batch(settings))
+    return runner(
+        read_alerts(spark, settings), settings, ANOMALIES_QUERY, foreach_batch=merge_anomalies_batch(settings)
+    )
 
 
 def run_alert_path(spark: SparkSession, settings: Settings):
@@ -133,8 +150,8 @@ def start_side_by_side(spark: SparkSession, settings: Settings):
     :data:`BOUNDED_REALTIME_INTERVAL`: it reports progress only at checkpoints, and :func:`finish_side_by_side`
     stops it as soon as a report shows it has caught up (not after the 5-minute default interval).
     """
-    from . import sampling
-    from .settings import is_realtime
+    from sensorcep.pipeline import sampling
+    from sensorcep.settings import is_realtime
 
     alert_settings = settings
     if is_realtime(settings.alerts_trigger) and settings.trigger == "availableNow":
@@ -149,8 +166,8 @@ def finish_side_by_side(alerts_query, sampling_query, settings: Settings):
     stopped, once the sampling query is done, at its first progress report that shows it at the end of the events
     topic. Queries with interval triggers keep running and are returned running.
     """
-    from .settings import is_realtime
-    from .streaming import finish, stop_when_caught_up
+    from sensorcep.pipeline.streaming import finish, stop_when_caught_up
+    from sensorcep.settings import is_realtime
 
     sampling_query = finish(sampling_query, settings)
     if is_realtime(settings.alerts_trigger) and settings.trigger == "availableNow":
@@ -167,7 +184,9 @@ def alert_latency(spark: SparkSession, settings: Settings, since=None):
     """``anomalies`` rows detected since ``since`` (all if None) with ``latency_s`` = detected_at - kafka_timestamp:
     from the event reaching Kafka to its alert reaching Kafka. Over a backlog that is the catch-up time; over live
     traffic, the alert path's end-to-end latency."""
-    rows = delta.read_table(spark, settings.table_path("anomalies")).select("alert_id", "kafka_timestamp", "detected_at")
+    rows = delta.read_table(spark, settings.table_path("anomalies")).select(
+        "alert_id", "kafka_timestamp", "detected_at"
+    )
     if since is not None:
         rows = rows.where(F.col("detected_at") >= F.lit(since))
     frame = rows.toPandas()
@@ -177,22 +196,31 @@ def alert_latency(spark: SparkSession, settings: Settings, since=None):
 
 # ------------------------------------------------------------------------------ escalation
 def parse_json_records(raw: DataFrame, schema: str) -> DataFrame:
-    return raw.select(F.from_json(F.col("value").cast("string"), schema).alias("r"), "timestamp").select("r.*", "timestamp")
+    return raw.select(F.from_json(F.col("value").cast("string"), schema).alias("r"), "timestamp").select(
+        "r.*", "timestamp"
+    )
 
 
 def escalation_stream(alerts: DataFrame, acks: DataFrame, settings: Settings) -> DataFrame:
     """Alerts with no ack within ``ack_timeout`` of the event (emitted once the watermark passes that bound)."""
     alerts = alerts.where(F.col("alert_id").isNotNull() & F.col("event_time").isNotNull())
     acks = acks.where(F.col("alert_id").isNotNull() & F.col("ack_time").isNotNull()).select(
-        F.col("alert_id").alias("ack_alert_id"), "acked_by", "ack_time")
+        F.col("alert_id").alias("ack_alert_id"), "acked_by", "ack_time"
+    )
     a = alerts.withWatermark("event_time", settings.watermark_delay)
     k = acks.withWatermark("ack_time", settings.watermark_delay)
     bound = F.expr(f"event_time + INTERVAL {settings.ack_timeout}")
     joined = a.join(
-        k, (F.col("alert_id") == F.col("ack_alert_id")) & (F.col("ack_time") >= F.col("event_time"))
-        & (F.col("ack_time") <= bound), "leftOuter")
+        k,
+        (F.col("alert_id") == F.col("ack_alert_id"))
+        & (F.col("ack_time") >= F.col("event_time"))
+        & (F.col("ack_time") <= bound),
+        "leftOuter",
+    )
     return joined.where(F.col("ack_alert_id").isNull()).select(
-        *ANOMALY_FIELDS, bound.alias("ack_deadline"), F.current_timestamp().alias("escalated_at"),
+        *ANOMALY_FIELDS,
+        bound.alias("ack_deadline"),
+        F.current_timestamp().alias("escalated_at"),
         F.lit(f"not acknowledged within {settings.ack_timeout}").alias("reason"),
     )
 
@@ -202,12 +230,18 @@ def write_escalations_batch(settings: Settings):
 
     def write(batch: DataFrame, batch_id: int) -> None:
         columns = batch.columns + ["part_date"]
-        out = batch.select("*", F.to_date("event_time").alias("part_date"), F.col("device_id").alias("key"),
-                           F.to_json(F.struct(*batch.columns)).alias("value"))
+        out = batch.select(
+            "*",
+            F.to_date("event_time").alias("part_date"),
+            F.col("device_id").alias("key"),
+            F.to_json(F.struct(*batch.columns)).alias("value"),
+        )
         with materialized(out) as rows:
             if settings.escalations_topic:
                 write_kafka(rows.select(["key", "value"]), settings, settings.escalations_topic)
-            delta.write_batch(rows.select(columns), path, writer_id(settings, ESCALATION_QUERY), batch_id, ["part_date"])
+            delta.write_batch(
+                rows.select(columns), path, writer_id(settings, ESCALATION_QUERY), batch_id, ["part_date"]
+            )
 
     return write
 
@@ -218,16 +252,17 @@ def start_escalations(spark: SparkSession, settings: Settings, *, wait: bool = T
     The watermark policy is ``max``: acknowledgements are sparse, and with Spark's default (``min``)
     an hour without acks would hold every escalation back for that hour.
     """
-    from .streaming import run_available_now, start_query
+    from sensorcep.pipeline.streaming import run_available_now, start_query
 
     alerts = read_alerts(spark, settings)
     acks = parse_json_records(read_kafka(spark, settings, settings.acks_topic), ACK_SCHEMA)
     runner = run_available_now if wait else start_query
-    policy = "spark.sql.streaming.multipleWatermarkPolicy"
-    previous = spark.conf.get(policy, "min")
-    spark.conf.set(policy, "max")  # read once, at the query's first batch, then kept in its checkpoint
-    try:
-        return runner(escalation_stream(alerts, acks, settings), settings, ESCALATION_QUERY,
-                      foreach_batch=write_escalations_batch(settings), pool="alerts")
-    finally:
-        spark.conf.set(policy, previous)
+    # read when the query starts, then kept in its checkpoint
+    with query_conf(spark, {"spark.sql.streaming.multipleWatermarkPolicy": "max"}):
+        return runner(
+            escalation_stream(alerts, acks, settings),
+            settings,
+            ESCALATION_QUERY,
+            foreach_batch=write_escalations_batch(settings),
+            pool="alerts",
+        )

@@ -1,14 +1,16 @@
 """01 ingest: Kafka -> validate/parse -> quarantine | dedup -> bronze Delta."""
+
 from __future__ import annotations
 
+import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from . import delta
-from .kafka import read_kafka
-from .parsing import parse_events, quarantine_rows
-from .settings import Settings
-from .streaming import run_available_now, start_query, writer_id
+from sensorcep.io import delta
+from sensorcep.io.kafka import read_kafka
+from sensorcep.pipeline.parsing import parse_events, quarantine_rows
+from sensorcep.pipeline.streaming import run_available_now, start_query, writer_id
+from sensorcep.settings import Settings
 
 QUERY = "ingest"
 #: a parsed valid event as the downstream queries read it
@@ -78,30 +80,50 @@ def bronze_event_stream(spark: SparkSession, settings: Settings) -> DataFrame:
     """
     path = settings.table_path("bronze_events")
     if not delta.table_exists(path, spark):
-        raise BronzeMissingError(f"{path} does not exist yet: 02 reads bronze_events, which 01 ingest writes; "
-                                 f"run 01 (the ingest task) first")
+        raise BronzeMissingError(
+            f"{path} does not exist yet: 02 reads bronze_events, which 01 ingest writes; run 01 (the ingest task) first"
+        )
     return spark.readStream.format("delta").load(path).select(*EVENT_FIELDS)
 
 
 def write_ingest_batch(settings: Settings, extra_columns: list[str]):
     bronze_path, quarantine_path = settings.table_path("bronze_events"), settings.table_path("quarantine_events")
+
     def write(batch: DataFrame, batch_id: int) -> None:
         batch = batch.withColumn("ingest_time", F.current_timestamp()).persist()
         batch.count()  # computed once, whole (the dedup state commits even if Delta skips a replayed batch)
         try:
             good = batch.where(F.col("reason").isNull()).select(
-                *BRONZE_COLUMNS, *settings.extra_field_names, *extra_columns, "ingest_time", F.to_date("event_time").alias("part_date"))
-            delta.write_batch(good, bronze_path, writer_id(settings, QUERY, "bronze"), batch_id, ["part_date"],
-                              cache=False)
+                *BRONZE_COLUMNS,
+                *settings.extra_field_names,
+                *extra_columns,
+                "ingest_time",
+                F.to_date("event_time").alias("part_date"),
+            )
+            delta.write_batch(
+                good, bronze_path, writer_id(settings, QUERY, "bronze"), batch_id, ["part_date"], cache=False
+            )
             bad = quarantine_rows(
-                batch.where(F.col("reason").isNotNull()).withColumnRenamed("raw_value", "value")
-                .withColumn("key", F.lit(None).cast("binary")))
-            delta.write_batch(bad, quarantine_path, writer_id(settings, QUERY, "quarantine"), batch_id, ["part_date"],
-                              cache=False)
+                batch.where(F.col("reason").isNotNull())
+                .withColumnRenamed("raw_value", "value")
+                .withColumn("key", F.lit(None).cast("binary"))
+            )
+            delta.write_batch(
+                bad, quarantine_path, writer_id(settings, QUERY, "quarantine"), batch_id, ["part_date"], cache=False
+            )
         finally:
             batch.unpersist()
 
     return write
+
+
+def quarantine_reasons(spark: SparkSession, settings: Settings) -> pd.DataFrame:
+    """``quarantine_events`` by reason, most frequent first (unparseable times grouped under one reason)."""
+    path = settings.table_path("quarantine_events")
+    if not delta.table_exists(path, spark):
+        return pd.DataFrame({"reason": pd.Series([], dtype=object), "count": pd.Series([], dtype="int64")})
+    reason = F.regexp_replace("reason", r"^unparseable event_time .*", "unparseable event_time").alias("reason")
+    return delta.read_table(spark, path).groupBy(reason).count().orderBy(F.desc("count"), "reason").toPandas()
 
 
 def load_devices(spark: SparkSession, settings: Settings) -> DataFrame | None:

@@ -1,19 +1,20 @@
 """Health rules over ``stream_progress`` rows: is a streaming query keeping up, and is its state bounded?
 
 Every rule takes the progress table as a pandas frame (any number of queries and runs, one row per
-micro-batch as written by :mod:`sensorcep.monitoring`), judges each run (``query_name`` + ``run_id``,
+micro-batch as written by :mod:`sensorcep.observability.monitoring`), judges each run (``query_name`` + ``run_id``,
 batches in ``batch_id`` order) on its own, and returns one :class:`Verdict` per run: a plain sentence
 with the numbers, plus the rows that prove it, so a notebook can show both the table and the evidence.
 """
+
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
 
 import pandas as pd
 
-from .settings import parse_duration, parse_trigger
+from sensorcep.settings import parse_duration, parse_trigger
 
 HEALTH_COLUMNS = ["query_name", "run_id", "rule", "healthy", "summary"]
 
@@ -46,8 +47,11 @@ def _runs(progress: pd.DataFrame | None) -> Iterator[tuple[str | None, str | Non
     if progress is None or progress.empty:
         return
     for (query, run), rows in progress.groupby(["query_name", "run_id"], sort=True, dropna=False):
-        yield (None if pd.isna(query) else query, None if pd.isna(run) else run,
-               rows.sort_values("batch_id", kind="stable").reset_index(drop=True))
+        yield (
+            None if pd.isna(query) else query,
+            None if pd.isna(run) else run,
+            rows.sort_values("batch_id", kind="stable").reset_index(drop=True),
+        )
 
 
 def _streaks(flags: pd.Series, at_least: int) -> list[tuple[int, int]]:
@@ -68,7 +72,7 @@ def _longest(flags: pd.Series) -> int:
 
 
 def _from_streaks(rows: pd.DataFrame, streaks: list[tuple[int, int]]) -> pd.DataFrame:
-    return pd.concat([rows.iloc[first:last + 1] for first, last in streaks]).reset_index(drop=True)
+    return pd.concat([rows.iloc[first : last + 1] for first, last in streaks]).reset_index(drop=True)
 
 
 def _batches(rows: pd.DataFrame) -> str:
@@ -108,21 +112,26 @@ def falling_behind(progress: pd.DataFrame, consecutive: int = 3) -> list[Verdict
         streaks = _streaks(behind, consecutive)
         looked = rows[has_input].reset_index(drop=True)
         if not streaks:
-            summary = (f"processing kept up with input over {len(looked)} batches with input (longest stretch "
-                       f"below the input rate: {_longest(behind)} batches; limit {consecutive})")
+            summary = (
+                f"processing kept up with input over {len(looked)} batches with input (longest stretch "
+                f"below the input rate: {_longest(behind)} batches; limit {consecutive})"
+            )
             verdicts.append(Verdict("falling_behind", query, run, True, summary, looked))
             continue
         first, last = max(streaks, key=lambda s: s[1] - s[0])
-        worst = (processed / incoming).iloc[first:last + 1].idxmin()
-        summary = (f"processing rate below input rate for {last - first + 1} consecutive batches "
-                   f"({_batches(rows.iloc[first:last + 1])}; worst {processed[worst]:,.0f} vs "
-                   f"{incoming[worst]:,.0f} rows/s){_more(streaks)}")
+        worst = (processed / incoming).iloc[first : last + 1].idxmin()
+        summary = (
+            f"processing rate below input rate for {last - first + 1} consecutive batches "
+            f"({_batches(rows.iloc[first : last + 1])}; worst {processed[worst]:,.0f} vs "
+            f"{incoming[worst]:,.0f} rows/s){_more(streaks)}"
+        )
         verdicts.append(Verdict("falling_behind", query, run, False, summary, _from_streaks(rows, streaks)))
     return verdicts
 
 
-def slow_batches(progress: pd.DataFrame, trigger_interval_ms: Mapping[str, float] | float | None,
-                 share: float = 0.2) -> list[Verdict]:
+def slow_batches(
+    progress: pd.DataFrame, trigger_interval_ms: Mapping[str, float] | float | None, share: float = 0.2
+) -> list[Verdict]:
     """Unhealthy when more than ``share`` of the batches with input took longer than the trigger
     interval: the query cannot hold its schedule and every late batch delays the next one.
 
@@ -131,13 +140,14 @@ def slow_batches(progress: pd.DataFrame, trigger_interval_ms: Mapping[str, float
     """
     verdicts = []
     for query, run, rows in _runs(progress):
-        interval = (trigger_interval_ms.get(query) if isinstance(trigger_interval_ms, Mapping)
-                    else trigger_interval_ms)
+        interval = trigger_interval_ms.get(query) if isinstance(trigger_interval_ms, Mapping) else trigger_interval_ms
         duration = pd.to_numeric(rows.batch_duration_ms, errors="coerce")
         looked = rows[_has_input(rows) & duration.notna()].reset_index(drop=True)
         if not interval or pd.isna(interval):
-            summary = ("does not apply: no trigger interval, the query runs batches as fast as possible "
-                       "(availableNow / 0 seconds)")
+            summary = (
+                "does not apply: no trigger interval, the query runs batches as fast as possible "
+                "(availableNow / 0 seconds)"
+            )
             verdicts.append(Verdict("slow_batches", query, run, True, summary, looked.iloc[0:0]))
             continue
         slow = looked[pd.to_numeric(looked.batch_duration_ms) > interval].reset_index(drop=True)
@@ -146,8 +156,10 @@ def slow_batches(progress: pd.DataFrame, trigger_interval_ms: Mapping[str, float
             verdicts.append(Verdict("slow_batches", query, run, True, summary, looked))
             continue
         ratio = len(slow) / len(looked)
-        summary = (f"{len(slow)} of {len(looked)} batches with input ({ratio:.0%}) took longer than the "
-                   f"{interval:,.0f} ms trigger interval")
+        summary = (
+            f"{len(slow)} of {len(looked)} batches with input ({ratio:.0%}) took longer than the "
+            f"{interval:,.0f} ms trigger interval"
+        )
         if ratio > share:
             summary += f" (worst {slow.batch_duration_ms.max():,.0f} ms; allowed {share:.0%})"
             verdicts.append(Verdict("slow_batches", query, run, False, summary, slow))
@@ -176,16 +188,23 @@ def state_growth(progress: pd.DataFrame, min_batches: int = 6) -> list[Verdict]:
         first_max, second = state.iloc[:half].max(), state.iloc[half:]
         decreases = int((second.diff() < 0).sum())
         last = state.iloc[-1]
-        growth = (f"{last / first_max:.1f}x the first-half maximum of {first_max:,.0f}" if first_max
-                  else "up from a first-half maximum of 0")
+        growth = (
+            f"{last / first_max:.1f}x the first-half maximum of {first_max:,.0f}"
+            if first_max
+            else "up from a first-half maximum of 0"
+        )
         if decreases == 0 and last > 2 * first_max:
             evidence = rows.iloc[half:].reset_index(drop=True)
-            summary = (f"state grew without ever decreasing over the second half ({_batches(evidence)}) "
-                       f"to {last:,.0f} rows, {growth}")
+            summary = (
+                f"state grew without ever decreasing over the second half ({_batches(evidence)}) "
+                f"to {last:,.0f} rows, {growth}"
+            )
             verdicts.append(Verdict("state_growth", query, run, False, summary, evidence))
         else:
-            summary = (f"state stayed bounded: {last:,.0f} rows at the end vs a first-half maximum of "
-                       f"{first_max:,.0f}, {decreases} decrease(s) in the second half")
+            summary = (
+                f"state stayed bounded: {last:,.0f} rows at the end vs a first-half maximum of "
+                f"{first_max:,.0f}, {decreases} decrease(s) in the second half"
+            )
             verdicts.append(Verdict("state_growth", query, run, True, summary, rows))
     return verdicts
 
@@ -205,23 +224,30 @@ def watermark_stalled(progress: pd.DataFrame, consecutive: int = 3) -> list[Verd
         watermark = pd.to_datetime(rows.watermark, utc=True)
         event_max = pd.to_datetime(rows.event_time_max, utc=True)
         if watermark.isna().all():
-            summary = ("does not apply: no watermark (stateless query)" if len(rows)
-                       else "no batches with input")
+            summary = "does not apply: no watermark (stateless query)" if len(rows) else "no batches with input"
             verdicts.append(Verdict("watermark_stalled", query, run, True, summary, rows.iloc[0:0]))
             continue
-        stalled = (watermark.notna() & (watermark <= watermark.shift(1)) & (event_max > watermark)
-                   & (event_max > event_max.cummax().ffill().shift(1)))
+        stalled = (
+            watermark.notna()
+            & (watermark <= watermark.shift(1))
+            & (event_max > watermark)
+            & (event_max > event_max.cummax().ffill().shift(1))
+        )
         streaks = _streaks(stalled, consecutive)
         if not streaks:
-            summary = (f"watermark advanced from {_when(watermark.min())} to {_when(watermark.max())} over "
-                       f"{len(rows)} batches with input (longest stall {_longest(stalled)}, "
-                       f"limit {consecutive})")
+            summary = (
+                f"watermark advanced from {_when(watermark.min())} to {_when(watermark.max())} over "
+                f"{len(rows)} batches with input (longest stall {_longest(stalled)}, "
+                f"limit {consecutive})"
+            )
             verdicts.append(Verdict("watermark_stalled", query, run, True, summary, rows))
             continue
         first, last = max(streaks, key=lambda s: s[1] - s[0])
-        summary = (f"watermark stuck at {_when(watermark[first])} for {last - first + 1} consecutive "
-                   f"batches with input ({_batches(rows.iloc[first:last + 1])}) while event time "
-                   f"reached {_when(event_max.iloc[first:last + 1].max())}{_more(streaks)}")
+        summary = (
+            f"watermark stuck at {_when(watermark[first])} for {last - first + 1} consecutive "
+            f"batches with input ({_batches(rows.iloc[first : last + 1])}) while event time "
+            f"reached {_when(event_max.iloc[first : last + 1].max())}{_more(streaks)}"
+        )
         verdicts.append(Verdict("watermark_stalled", query, run, False, summary, _from_streaks(rows, streaks)))
     return verdicts
 
@@ -247,8 +273,10 @@ def late_rows(progress: pd.DataFrame, max_share: float = 0.01) -> list[Verdict]:
             verdicts.append(Verdict("late_rows", query, run, True, summary, rows.iloc[0:0]))
             continue
         ratio = dropped / total
-        summary = (f"{dropped:,.0f} of {total:,.0f} input rows ({ratio:.2%}) dropped as later than the "
-                   f"watermark (allowed {max_share:.2%})")
+        summary = (
+            f"{dropped:,.0f} of {total:,.0f} input rows ({ratio:.2%}) dropped as later than the "
+            f"watermark (allowed {max_share:.2%})"
+        )
         if ratio > max_share:
             evidence = rows[dropped_col > 0].reset_index(drop=True)
             verdicts.append(Verdict("late_rows", query, run, False, summary, evidence))
@@ -261,8 +289,9 @@ def late_rows(progress: pd.DataFrame, max_share: float = 0.01) -> list[Verdict]:
 RULES = (falling_behind, slow_batches, state_growth, watermark_stalled, late_rows)
 
 
-def check_health(progress: pd.DataFrame, trigger_interval_ms: Mapping[str, float] | float | None = None,
-                 **thresholds) -> list[Verdict]:
+def check_health(
+    progress: pd.DataFrame, trigger_interval_ms: Mapping[str, float] | float | None = None, **thresholds
+) -> list[Verdict]:
     """Run every rule. ``thresholds`` are the rules' keyword parameters by name (``consecutive``,
     ``share``, ``min_batches``, ``max_share``); each goes to every rule that takes it."""
     known = {name for rule in RULES for name in inspect.signature(rule).parameters}
@@ -279,8 +308,41 @@ def check_health(progress: pd.DataFrame, trigger_interval_ms: Mapping[str, float
     return verdicts
 
 
+EVIDENCE_COLUMNS = [
+    "batch_id",
+    "num_input_rows",
+    "input_rows_per_second",
+    "processed_rows_per_second",
+    "batch_duration_ms",
+    "state_rows_total",
+    "watermark",
+]
+
+
+def unhealthy_evidence(verdicts: list[Verdict], rows: int = 10) -> pd.DataFrame:
+    """The evidence of every unhealthy verdict (its first ``rows`` rows), tagged with query, rule and summary."""
+    frames = [
+        v.evidence.reindex(columns=EVIDENCE_COLUMNS)
+        .head(rows)
+        .assign(query_name=v.query_name, rule=v.rule, summary=v.summary)
+        for v in verdicts
+        if not v.healthy
+    ]
+    columns = ["query_name", "rule", "summary", *EVIDENCE_COLUMNS]
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+
+def health_line(verdicts: list[Verdict]) -> str:
+    """One sentence: how many verdicts are unhealthy, and which."""
+    unhealthy = [f"{v.query_name} / {v.rule}" for v in verdicts if not v.healthy]
+    return f"{len(unhealthy)} unhealthy verdict(s) of {len(verdicts)}" + (
+        f": {', '.join(unhealthy)}" if unhealthy else ""
+    )
+
+
 def health_table(verdicts: list[Verdict]) -> pd.DataFrame:
     """Verdicts -> one row each (query_name, run_id, rule, healthy, summary), unhealthy first."""
-    table = pd.DataFrame([{name: getattr(v, name) for name in HEALTH_COLUMNS} for v in verdicts],
-                         columns=HEALTH_COLUMNS)
+    table = pd.DataFrame(
+        [{name: getattr(v, name) for name in HEALTH_COLUMNS} for v in verdicts], columns=HEALTH_COLUMNS
+    )
     return table.sort_values(["healthy", "query_name", "run_id"], kind="stable").reset_index(drop=True)

@@ -4,6 +4,7 @@ The job is named by its id: the pipeline job passes ``{{job.id}}`` as its ``job_
 deployment (whose job development mode renames ``[dev <user>] ...``) shows its own runs, never prod's.
 Credentials come from the environment or the notebook context, never from code.
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -13,8 +14,19 @@ import pandas as pd
 
 #: the Jobs API accepts a runs page size of 1..24
 MAX_PAGE = 24
-RUN_COLUMNS = ["job_id", "run_id", "run_name", "run_start", "run_state", "run_result",
-               "task_key", "task_run_id", "task_start", "task_seconds", "task_result"]
+RUN_COLUMNS = [
+    "job_id",
+    "run_id",
+    "run_name",
+    "run_start",
+    "run_state",
+    "run_result",
+    "task_key",
+    "task_run_id",
+    "task_start",
+    "task_seconds",
+    "task_result",
+]
 
 
 def workspace_client():
@@ -48,11 +60,22 @@ def recent_runs(client, job_id: int | str, limit: int = 10) -> pd.DataFrame:
 
 def _task_row(job_id: int, run, task) -> dict:
     run_state, run_result = _state(run)
-    row = {"job_id": job_id, "run_id": run.run_id, "run_name": run.run_name,
-           "run_start": _utc(run.start_time), "run_state": run_state, "run_result": run_result}
+    row = {
+        "job_id": job_id,
+        "run_id": run.run_id,
+        "run_name": run.run_name,
+        "run_start": _utc(run.start_time),
+        "run_state": run_state,
+        "run_result": run_result,
+    }
     if task is not None:
-        row.update(task_key=task.task_key, task_run_id=task.run_id, task_start=_utc(task.start_time),
-                   task_seconds=_seconds(task), task_result=_state(task)[1])
+        row.update(
+            task_key=task.task_key,
+            task_run_id=task.run_id,
+            task_start=_utc(task.start_time),
+            task_seconds=_seconds(task),
+            task_result=_state(task)[1],
+        )
     return row
 
 
@@ -95,8 +118,9 @@ def task_duration_plot(runs: pd.DataFrame, title: str = "Task durations of recen
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(runs) + 1.2))
     labels = [f"{row.run_start:%m-%d %H:%M} #{row.run_id} {row.task_key}" for row in runs.itertuples()]
     offsets = (runs.task_start - runs.run_start).dt.total_seconds().fillna(0)
-    ax.barh(labels, runs.task_seconds, left=offsets,
-            color=[colors.get(result, "tab:grey") for result in runs.task_result])
+    ax.barh(
+        labels, runs.task_seconds, left=offsets, color=[colors.get(result, "tab:grey") for result in runs.task_result]
+    )
     ax.invert_yaxis()
     ax.set(title=title, xlabel="seconds since the run started")
     fig.tight_layout()
@@ -106,8 +130,8 @@ def task_duration_plot(runs: pd.DataFrame, title: str = "Task durations of recen
 def runs_report(settings, client=None, limit: int = 10) -> pd.DataFrame:
     """05's last section: this job's recent runs and a task-duration plot (saved as PNG), or an empty frame and
     one sentence saying why there is nothing to ask (a local run, or no ``job_id`` parameter)."""
-    from .monitoring import save_figure
-    from .runtime import is_databricks
+    from sensorcep.observability.monitoring import save_figure
+    from sensorcep.runtime import is_databricks
 
     if client is None and not is_databricks():
         print("local run: no workspace to ask (tests check this part against a stand-in HTTP server)")
@@ -116,6 +140,10 @@ def runs_report(settings, client=None, limit: int = 10) -> pd.DataFrame:
         print("no job_id parameter (an interactive run, not the bundle job): nothing to list")
         return pd.DataFrame(columns=RUN_COLUMNS)
     runs = recent_runs(client or workspace_client(), settings.job_id, limit)
-    print("saved", save_figure(task_duration_plot(runs, f"Task durations of job {settings.job_id}'s recent runs"),
-                               "job_task_durations"))
+    print(
+        "saved",
+        save_figure(
+            task_duration_plot(runs, f"Task durations of job {settings.job_id}'s recent runs"), "job_task_durations"
+        ),
+    )
     return runs

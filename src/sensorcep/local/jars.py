@@ -3,10 +3,12 @@
 * ``.jars/spark/``  Spark's Kafka connector and Delta Lake, on the local SparkSession's classpath;
 * ``.jars/broker/`` Apache Kafka, the classpath of the local broker.
 
-``python -m sensorcep jars`` (``make jars``, a step of ``make demo`` and ``make test``) copies them from Maven Central through Maven's own
+``python -m sensorcep jars`` (``make jars``, a step of ``make demo`` and ``make test``) copies them from Maven
+Central through Maven's own
 cache (``~/.m2``); a stamp (the hash of the poms) makes every later run a no-op without starting Maven.
 On Databricks nothing here is used: the runtime ships both connectors.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -15,7 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .settings import PROJECT_ROOT
+from sensorcep.settings import PROJECT_ROOT
 
 JVM_DIR = PROJECT_ROOT / "jvm"
 JARS_DIR = PROJECT_ROOT / ".jars"
@@ -44,18 +46,30 @@ def fetch(quiet: bool = False) -> bool:
         return False
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise JarsError("Apache Maven (`mvn`) was not found: install Maven 3.8+ (e.g. `apt-get install maven`), "
-                        "it fetches the pinned Kafka connector, Delta Lake and Kafka broker jars once.")
+        raise JarsError(
+            "Apache Maven (`mvn`) was not found: install Maven 3.8+ (e.g. `apt-get install maven`), "
+            "it fetches the pinned Kafka connector, Delta Lake and Kafka broker jars once."
+        )
     shutil.rmtree(JARS_DIR, ignore_errors=True)
     env = {**os.environ, "SENSORCEP_MAVEN_MIRROR": os.environ.get("SENSORCEP_MAVEN_MIRROR", MAVEN_CENTRAL)}
-    command = [mvn, "-B", "-q", "-s", str(JVM_DIR / "settings.xml"), "-f", str(JVM_DIR / "pom.xml"),
-               "dependency:copy-dependencies"]
+    command = [
+        mvn,
+        "-B",
+        "-q",
+        "-s",
+        str(JVM_DIR / "settings.xml"),
+        "-f",
+        str(JVM_DIR / "pom.xml"),
+        "dependency:copy-dependencies",
+    ]
     if not quiet:
         print(f"fetching JVM dependencies (jvm/pom.xml) into {JARS_DIR} ...", flush=True)
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         errors = [line for line in result.stdout.splitlines() if "ERROR" in line][:3]
-        raise JarsError("Maven could not fetch the JVM dependencies of jvm/pom.xml: " + " ".join(errors or [result.stderr[-500:]]))
+        raise JarsError(
+            "Maven could not fetch the JVM dependencies of jvm/pom.xml: " + " ".join(errors or [result.stderr[-500:]])
+        )
     STAMP.write_text(_poms_digest())
     if not quiet:
         print(f"JVM dependencies ready: {sum(1 for _ in JARS_DIR.rglob('*.jar'))} jars", flush=True)
@@ -65,8 +79,10 @@ def fetch(quiet: bool = False) -> bool:
 def _require(folder: str) -> Path:
     path = JARS_DIR / folder
     if not is_current() or not any(path.glob("*.jar")):
-        raise JarsError(f"the JVM dependencies in {path} are missing or older than jvm/pom.xml: "
-                        "run `make jars` (or `python -m sensorcep jars`)")
+        raise JarsError(
+            f"the JVM dependencies in {path} are missing or older than jvm/pom.xml: "
+            "run `make jars` (or `python -m sensorcep jars`)"
+        )
     return path
 
 

@@ -13,6 +13,7 @@ dynamic values are empty; ``--param x=value`` overrides any of them.
   queries start in this one Spark application and run until Ctrl-C, ``minutes`` or a stop condition, with a
   live line per query; then they are stopped cleanly and resume from their checkpoints next time.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,8 @@ from pathlib import Path
 
 import yaml
 
-from .runtime import PARAMS_ENV
-from .settings import PROJECT_ROOT, defaults
+from sensorcep.runtime import PARAMS_ENV
+from sensorcep.settings import PROJECT_ROOT, defaults
 
 BUNDLE_DIR = PROJECT_ROOT / "bundles"
 JOB_KEY = "sensor_cep_pipeline"
@@ -83,16 +84,19 @@ def local_value(name: str, value: str, variables: dict[str, str], setting_defaul
         return ""
     if WORKSPACE_ONLY.search(text):
         if name not in setting_defaults:
-            raise JobError(f"parameter {name!r} = {text!r} names workspace resources and is not a setting: "
-                           f"it has no local value")
+            raise JobError(
+                f"parameter {name!r} = {text!r} names workspace resources and is not a setting: it has no local value"
+            )
         return setting_defaults[name]
     return resolve(text, variables)
 
 
 def job_parameters(job: dict, variables: dict[str, str], setting_defaults: dict[str, str]) -> dict[str, str]:
     """The job-level ``parameters`` with their local values."""
-    return {p["name"]: local_value(p["name"], p.get("default", ""), variables, setting_defaults)
-            for p in job.get("parameters") or []}
+    return {
+        p["name"]: local_value(p["name"], p.get("default", ""), variables, setting_defaults)
+        for p in job.get("parameters") or []
+    }
 
 
 def tasks(job_key: str = JOB_KEY, params: dict[str, str] | None = None, bundle_dir: Path = BUNDLE_DIR) -> list[Task]:
@@ -121,8 +125,13 @@ def tasks(job_key: str = JOB_KEY, params: dict[str, str] | None = None, bundle_d
     return [by_key[k] for k in order]
 
 
-def run(selected: list[str] | None = None, params: dict[str, str] | None = None,
-        runs_dir: Path | None = None, timeout: int = 1800, job_key: str = JOB_KEY) -> Path:
+def run(
+    selected: list[str] | None = None,
+    params: dict[str, str] | None = None,
+    runs_dir: Path | None = None,
+    timeout: int = 1800,
+    job_key: str = JOB_KEY,
+) -> Path:
     """Execute the (selected) tasks in order; returns the folder holding the executed notebooks."""
     import nbformat
     from nbclient import NotebookClient
@@ -146,8 +155,9 @@ def run(selected: list[str] | None = None, params: dict[str, str] | None = None,
         os.environ[PARAMS_ENV] = json.dumps(task.parameters)
         os.environ["SENSORCEP_RUN_DIR"] = str(out_dir)
         started = time.monotonic()
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                resources={"metadata": {"path": str(task.notebook.parent)}})
+        client = NotebookClient(
+            nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(task.notebook.parent)}}
+        )
         saved = out_dir / task.notebook.name
         try:
             client.execute()
@@ -172,8 +182,15 @@ def entry_point_function(name: str):
     return found[0].load()
 
 
-def run_always_on(job_key: str = ALWAYS_ON_JOB_KEY, params: dict[str, str] | None = None,
-                  minutes: float | None = None, until=None, every_s: float = 10.0, out=print, spark=None) -> list:
+def run_always_on(
+    job_key: str = ALWAYS_ON_JOB_KEY,
+    params: dict[str, str] | None = None,
+    minutes: float | None = None,
+    until=None,
+    every_s: float = 10.0,
+    out=print,
+    spark=None,
+) -> list:
     """Start every task of the always-on job in this Spark application; run until Ctrl-C, ``minutes``, or
     ``until(queries)`` is true; print a line per query every ``every_s`` seconds; stop the queries cleanly.
 
@@ -181,9 +198,9 @@ def run_always_on(job_key: str = ALWAYS_ON_JOB_KEY, params: dict[str, str] | Non
     always-on entry point (what the wheel task calls on Databricks). A query that fails stops the others and
     raises, as the job run would fail there. Returns the (stopped) queries.
     """
-    from . import always_on
-    from .runtime import get_spark
-    from .settings import Settings, is_realtime, parse_trigger
+    from sensorcep.pipeline import always_on
+    from sensorcep.runtime import get_spark
+    from sensorcep.settings import Settings, is_realtime, parse_trigger
 
     spark = spark or get_spark()
     queries, triggers = [], {}
@@ -203,7 +220,7 @@ def run_always_on(job_key: str = ALWAYS_ON_JOB_KEY, params: dict[str, str] | Non
         while True:
             failed = [q for q in queries if not q.isActive and q.exception() is not None]
             if failed:
-                from .streaming import explain_failure
+                from sensorcep.pipeline.streaming import explain_failure
 
                 raise JobError(f"query {failed[0].name} failed: {explain_failure(failed[0], failed[0].exception())}")
             if until is not None and until(queries):
@@ -212,14 +229,16 @@ def run_always_on(job_key: str = ALWAYS_ON_JOB_KEY, params: dict[str, str] | Non
                 break
             if time.monotonic() >= next_line:
                 stamp = datetime.now().strftime("%H:%M:%S")
-                from .monitoring import progress_line
+                from sensorcep.observability.monitoring import progress_line
 
                 for query in queries:
                     trigger = triggers[query.name]
                     line = progress_line(query)
                     if query.isActive and query.lastProgress is None and is_realtime(trigger):
-                        line = (f"{query.name:<16} real-time: records processed as they arrive; progress is "
-                                f"reported at each checkpoint ({parse_trigger(trigger)['realTime']})")
+                        line = (
+                            f"{query.name:<16} real-time: records processed as they arrive; progress is "
+                            f"reported at each checkpoint ({parse_trigger(trigger)['realTime']})"
+                        )
                     out(f"{stamp} {trigger:<20} {line}")
                 next_line = time.monotonic() + every_s
             time.sleep(0.2)  # the loop's tick (Ctrl-C lands here)

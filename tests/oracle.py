@@ -1,6 +1,6 @@
 """The sampling rule as a plain batch computation over a known micro-batch sequence: the test oracle.
 
-Written independently of :mod:`sensorcep.sampling` (plain Python sorting, no shared helper) so the
+Written independently of :mod:`sensorcep.pipeline.sampling` (plain Python sorting, no shared helper) so the
 two can check each other. It follows Spark's event-time semantics exactly:
 
 * the watermark of batch k is ``max(event time seen in batches < k) - delay`` (0 before any data);
@@ -11,6 +11,7 @@ two can check each other. It follows Spark's event-time semantics exactly:
 
 An empty DataFrame in ``batches`` stands for a no-data batch (e.g. the one a run ends with).
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -39,13 +40,21 @@ def accepted_events(batches: list[pd.DataFrame], delay_ms: int) -> pd.DataFrame:
     return pd.concat(kept, ignore_index=True) if kept else pd.DataFrame()
 
 
-def reference_samples(batches: list[pd.DataFrame], window_s: int, slide_s: int, delay_s: int,
-                      scope: str = "window", anomaly_threshold: float = 0.0) -> pd.DataFrame:
+def reference_samples(
+    batches: list[pd.DataFrame],
+    window_s: int,
+    slide_s: int,
+    delay_s: int,
+    scope: str = "window",
+    anomaly_threshold: float = 0.0,
+) -> pd.DataFrame:
     """``sensor_samples`` rows (integer times) Spark must emit for this micro-batch sequence."""
     window_us, slide_us = window_s * 1_000_000, slide_s * 1_000_000
     final_mark_us = watermarks(batches, delay_s * 1000)[-1] * 1000
     groups: dict[tuple, dict[tuple, tuple]] = defaultdict(dict)
-    for device, freq, t in accepted_events(batches, delay_s * 1000)[["device_id", "sensor_freq", "event_time_us"]].itertuples(index=False):
+    for device, freq, t in accepted_events(batches, delay_s * 1000)[
+        ["device_id", "sensor_freq", "event_time_us"]
+    ].itertuples(index=False):
         start = t - t % slide_us
         while start > t - window_us:
             key = (start,) if scope == "window" else (start, device)
@@ -70,8 +79,16 @@ def reference_samples(batches: list[pd.DataFrame], window_s: int, slide_s: int, 
                 roles[i].append("anomaly")
         for i in sorted(roles):
             t, device, freq = ordered[i]
-            rows.append({"window_start_ms": start // 1000, "window_end_ms": (start + window_us) // 1000,
-                         "device_id": device, "sensor_freq": freq, "event_time_us": t, "roles": roles[i],
-                         "is_anomalous": int(freq < anomaly_threshold)})
+            rows.append(
+                {
+                    "window_start_ms": start // 1000,
+                    "window_end_ms": (start + window_us) // 1000,
+                    "device_id": device,
+                    "sensor_freq": freq,
+                    "event_time_us": t,
+                    "roles": roles[i],
+                    "is_anomalous": int(freq < anomaly_threshold),
+                }
+            )
     columns = ["window_start_ms", "window_end_ms", "device_id", "sensor_freq", "event_time_us", "roles", "is_anomalous"]
     return pd.DataFrame(rows, columns=columns)

@@ -4,20 +4,35 @@ Every query of the project goes through :func:`start_query`: deterministic name 
 its FAIR scheduler pool, the progress listener, and the trigger from settings (``availableNow`` is
 Spark's own: everything the sources hold at start, in ``maxOffsetsPerTrigger``-sized batches).
 """
+
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from .runtime import set_trigger
-from .settings import Settings, parse_trigger
+from sensorcep.runtime import classic_context, set_trigger
+from sensorcep.settings import Settings, parse_trigger
 
 log = logging.getLogger(__name__)
+_said_no_pools: set[str] = set()
+
+
+def scheduler_pool_context(spark: SparkSession):
+    """Where a query's FAIR scheduler pool is set: the classic session's SparkContext. Spark Connect has no
+    pools (its queries share the cluster's scheduler): None, said once per session."""
+    context = classic_context(spark)
+    if context is None and type(spark).__name__ not in _said_no_pools:
+        _said_no_pools.add(type(spark).__name__)
+        log.warning(
+            "Spark Connect session: FAIR scheduler pools are a classic-cluster feature, so the queries "
+            "share the default pool (their results are the same; only their CPU shares differ)"
+        )
+    return context
 
 
 def start_query(
@@ -41,9 +56,10 @@ def start_query(
     if "realTime" in trigger_kwargs:
         output_mode = "update"
     spark = df.sparkSession
-    if pool:
-        spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
-    from .monitoring import ensure_progress_listener
+    context = scheduler_pool_context(spark) if pool else None
+    if context is not None:
+        context.setLocalProperty("spark.scheduler.pool", pool)
+    from sensorcep.observability.monitoring import ensure_progress_listener
 
     ensure_progress_listener(spark, settings, query)
     writer = (
@@ -56,13 +72,14 @@ def start_query(
     if sink is not None:
         writer = writer.format(sink[0]).options(**sink[1])
     started = set_trigger(writer, trigger_kwargs).start()
-    if pool:
-        spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
+    if context is not None:
+        context.setLocalProperty("spark.scheduler.pool", None)
     return started
 
 
-def finish(query: StreamingQuery, settings: Settings, trigger: str | None = None,
-           timeout_s: float | None = None) -> StreamingQuery:
+def finish(
+    query: StreamingQuery, settings: Settings, trigger: str | None = None, timeout_s: float | None = None
+) -> StreamingQuery:
     """Wait for an availableNow query to drain and stop; leave continuous queries running."""
     if (trigger or settings.trigger) != "availableNow":
         return query
@@ -72,7 +89,7 @@ def finish(query: StreamingQuery, settings: Settings, trigger: str | None = None
         raise explain_failure(query, error) from error
     if query.exception() is not None:
         raise explain_failure(query, query.exception())
-    from .monitoring import flush_progress
+    from sensorcep.observability.monitoring import flush_progress
 
     flush_progress(SparkSession.active(), settings, query)
     return query
@@ -99,7 +116,8 @@ def explain_failure(query: StreamingQuery, error: BaseException) -> BaseExceptio
         return CheckpointMismatchError(
             f"query {query.name}: its checkpoint ({query.name} under checkpoints/) was written for another source; "
             f"since the medallion change, 02's queries read bronze_events, not Kafka. Start them from a new "
-            f"checkpoint: delete that checkpoint folder (the Delta writes stay idempotent), or set query_suffix.")
+            f"checkpoint: delete that checkpoint folder (the Delta writes stay idempotent), or set query_suffix."
+        )
     if not any(marker in text for marker in DATA_LOSS_MARKERS):
         return error
     said = next((line.strip() for line in text.splitlines() if "offset" in line.lower()), text.splitlines()[0])
@@ -108,7 +126,8 @@ def explain_failure(query: StreamingQuery, error: BaseException) -> BaseExceptio
         f"deleted and re-created), so it stopped rather than skip them silently. Spark: {said[:400]} "
         f"To go on from the earliest records still in Kafka, skipping the lost ones knowingly, run it once with "
         f"accept_data_loss=true (stream_progress.kafka_records_skipped counts them); to keep everything, restore the "
-        f"records first.")
+        f"records first."
+    )
 
 
 def writer_id(settings: Settings, query: str, sink: str = "") -> str:
@@ -129,6 +148,23 @@ def writer_id(settings: Settings, query: str, sink: str = "") -> str:
 
 
 @contextmanager
+def query_conf(spark: SparkSession, conf: dict[str, str]):
+    """Session confs for the queries started inside the block (a query copies the session's confs when it starts and
+    keeps the ones its checkpoint records), restored afterwards."""
+    previous = {name: spark.conf.get(name, None) for name in conf}
+    for name, value in conf.items():
+        spark.conf.set(name, value)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                spark.conf.unset(name)
+            else:
+                spark.conf.set(name, value)
+
+
+@contextmanager
 def materialized(batch: DataFrame):
     """A (small) micro-batch computed once for several sinks (persisted, then released)."""
     cached = batch.persist()
@@ -145,7 +181,8 @@ def run_available_now(df: DataFrame, settings: Settings, query: str, **kwargs) -
 
 
 def source_end_offsets(query: StreamingQuery) -> dict[str, dict[str, int]]:
-    """The Kafka offsets a query has processed up to (its last progress' ``endOffset``): {topic: {partition: offset}}."""
+    """The Kafka offsets a query has processed up to (its last progress' ``endOffset``):
+    {topic: {partition: offset}}."""
     last = query.lastProgress
     if last is None:
         return {}
@@ -164,8 +201,12 @@ def caught_up(query: StreamingQuery, target: dict[str, dict[str, int]]) -> bool:
     return all(done.get(topic, {}).get(p, -1) >= o for topic, parts in target.items() for p, o in parts.items())
 
 
-def stop_when_caught_up(query: StreamingQuery, target: dict[str, dict[str, int]] | None = None,
-                        timeout_s: float = 300.0, poll_s: float = 0.2) -> StreamingQuery:
+def stop_when_caught_up(
+    query: StreamingQuery,
+    target: dict[str, dict[str, int]] | None = None,
+    timeout_s: float = 300.0,
+    poll_s: float = 0.2,
+) -> StreamingQuery:
     """Stop a running query once its progress shows it has read ``target`` (e.g. a topic's end offsets), or, with
     no target, once a progress report made after this call shows its Kafka sources 0 records behind the end.
 
@@ -174,7 +215,7 @@ def stop_when_caught_up(query: StreamingQuery, target: dict[str, dict[str, int]]
     """
     import time
 
-    from .monitoring import offsets_behind
+    from sensorcep.observability.monitoring import offsets_behind
 
     def reported_after(start: int | None) -> bool:
         last = query.lastProgress
@@ -193,8 +234,10 @@ def stop_when_caught_up(query: StreamingQuery, target: dict[str, dict[str, int]]
             raise explain_failure(query, query.exception())
         if time.monotonic() > deadline:
             query.stop()
-            raise TimeoutError(f"{query.name} read up to {source_end_offsets(query)}, not "
-                               f"{target or 'the end of its topics'}, within {timeout_s:.0f} s")
+            raise TimeoutError(
+                f"{query.name} read up to {source_end_offsets(query)}, not "
+                f"{target or 'the end of its topics'}, within {timeout_s:.0f} s"
+            )
         time.sleep(poll_s)
     query.stop()
     return query

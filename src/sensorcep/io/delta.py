@@ -3,15 +3,18 @@
 A micro-batch is appended exactly once with Delta's idempotent writes (``txnAppId`` = the writer,
 ``txnVersion`` = the batch id): a batch replayed after a crash is recognised by Delta and skipped.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
 
-def write_batch(df: DataFrame, path: str, app_id: str, batch_id: int, partition_by: Iterable[str] = (),
-                cache: bool = True) -> bool:
+def write_batch(
+    df: DataFrame, path: str, app_id: str, batch_id: int, partition_by: Iterable[str] = (), cache: bool = True
+) -> bool:
     """Append one micro-batch exactly once. Returns False when there was nothing to write.
 
     The batch is computed (and cached) before the write, whatever Delta then decides: a stateful query's
@@ -26,8 +29,13 @@ def write_batch(df: DataFrame, path: str, app_id: str, batch_id: int, partition_
         empty = cached.count() == 0 if cache else cached.isEmpty()  # count: every partition computed (and cached)
         if empty and table_exists(path, cached.sparkSession):
             return False
-        writer = (cached.write.format("delta").mode("append").option("mergeSchema", "true")
-                  .option("txnAppId", app_id).option("txnVersion", batch_id))
+        writer = (
+            cached.write.format("delta")
+            .mode("append")
+            .option("mergeSchema", "true")
+            .option("txnAppId", app_id)
+            .option("txnVersion", batch_id)
+        )
         partition_by = list(partition_by)
         if partition_by:
             writer = writer.partitionBy(*partition_by)
@@ -51,7 +59,9 @@ def batch_writer(path: str, app_id: Callable[[], str], partition_by: Iterable[st
 
 def write_table(df: DataFrame, path: str, mode: str = "append", partition_by: Iterable[str] = ()) -> None:
     """A plain (non-streaming) write, e.g. the devices dimension or tuning results."""
-    writer = df.write.format("delta").mode(mode).option("mergeSchema" if mode == "append" else "overwriteSchema", "true")
+    writer = (
+        df.write.format("delta").mode(mode).option("mergeSchema" if mode == "append" else "overwriteSchema", "true")
+    )
     partition_by = list(partition_by)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
@@ -59,9 +69,13 @@ def write_table(df: DataFrame, path: str, mode: str = "append", partition_by: It
 
 
 def table_exists(path: str, spark: SparkSession | None = None) -> bool:
-    from delta.tables import DeltaTable
-
-    return DeltaTable.isDeltaTable(spark or _spark(), path)
+    """Whether ``path`` holds a Delta table (asked through a read, which classic and Spark Connect sessions both
+    answer; Delta's Python ``DeltaTable`` needs Delta Connect's server plugin under Connect)."""
+    try:
+        _ = read_table(spark or _spark(), path).schema  # analysing the read is the question
+        return True
+    except AnalysisException:
+        return False
 
 
 def read_table(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
@@ -73,7 +87,7 @@ def read_table(spark: SparkSession, path: str, version: int | None = None) -> Da
 
 
 def _spark() -> SparkSession:
-    from .runtime import get_spark
+    from sensorcep.runtime import get_spark
 
     return get_spark()
 
@@ -84,8 +98,6 @@ def merge_new_rows(df: DataFrame, path: str, key: str, partition_by: Iterable[st
     Idempotent by itself: a replayed batch finds its rows and adds nothing. Creates the table on first use.
     Returns False when the batch was empty (no commit).
     """
-    from delta.tables import DeltaTable
-
     cached = df.persist()
     try:
         if cached.isEmpty():
@@ -93,10 +105,11 @@ def merge_new_rows(df: DataFrame, path: str, key: str, partition_by: Iterable[st
         spark = cached.sparkSession
         if not table_exists(path, spark):
             write_table(cached.limit(0), path, "append", partition_by)
-        (DeltaTable.forPath(spark, path).alias("t")
-         .merge(cached.alias("s"), f"t.{key} = s.{key}")
-         .whenNotMatchedInsertAll()
-         .execute())
+        target = "delta.`" + path.replace("`", "``") + "`"
+        spark.sql(
+            f"MERGE INTO {target} AS t USING {{rows}} AS s ON t.`{key}` = s.`{key}` WHEN NOT MATCHED THEN INSERT *",
+            rows=cached,
+        )
         return True
     finally:
         cached.unpersist()

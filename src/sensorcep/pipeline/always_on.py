@@ -4,7 +4,7 @@ The bundle's ``sensor_cep_streaming`` job (``continuous``: Databricks starts a n
 fails) runs one task per entry of :data:`TASKS`, each a ``python_wheel_task`` calling :func:`main` through the
 package's ``sensorcep-stream`` entry point with its parameters as ``--name=value`` arguments. Locally,
 ``python -m sensorcep run --job sensor_cep_streaming`` starts the same tasks in one Spark application
-(:mod:`sensorcep.jobs`).
+(:mod:`sensorcep.local.jobs`).
 
 * ``ingest``: Kafka -> ``bronze_events`` / ``quarantine_events`` (micro-batches, ``trigger``);
 * ``sampling_state``: ``bronze_events`` (Delta stream) -> ``sensor_samples`` and ``device_status`` (micro-batches,
@@ -15,43 +15,44 @@ package's ``sensorcep-stream`` entry point with its parameters as ``--name=value
 A task that reads Kafka starts where its checkpoint left off: a stop and a restart lose and double nothing
 (Delta sinks are idempotent per batch, ``anomalies`` is a MERGE, alerts carry a stable ``alert_id``).
 """
+
 from __future__ import annotations
 
 import argparse
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from .settings import Settings, SettingsError
+from sensorcep.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
 
 
 def _ingest(spark: SparkSession, settings: Settings) -> list[StreamingQuery]:
-    from .ingest import start_ingest
+    from sensorcep.pipeline.ingest import start_ingest
 
     return [start_ingest(spark, settings, wait=False)]
 
 
 def _sampling_state(spark: SparkSession, settings: Settings) -> list[StreamingQuery]:
-    from .device_activity import start_device_activity
-    from .ingest import wait_for_bronze
-    from .sampling import start_sampling
+    from sensorcep.pipeline.device_activity import start_device_activity
+    from sensorcep.pipeline.ingest import wait_for_bronze
+    from sensorcep.pipeline.sampling import start_sampling
 
     wait_for_bronze(spark, settings)  # the medallion: both read bronze_events, which the ingest task creates
     return [start_sampling(spark, settings, wait=False), start_device_activity(spark, settings, wait=False)]
 
 
 def _alerts(spark: SparkSession, settings: Settings) -> list[StreamingQuery]:
-    from .alerts import start_alerts
+    from sensorcep.pipeline.alerts import start_alerts
 
     return [start_alerts(spark, settings, wait=False)]
 
 
 def _alert_records(spark: SparkSession, settings: Settings) -> list[StreamingQuery]:
-    from .alerts import start_anomalies, start_escalations
+    from sensorcep.pipeline.alerts import start_anomalies, start_escalations
 
     return [start_anomalies(spark, settings, wait=False), start_escalations(spark, settings, wait=False)]
 
@@ -84,7 +85,7 @@ def await_queries(spark: SparkSession, queries: list[StreamingQuery]) -> None:
                 for other in queries:
                     if other.isActive:
                         other.stop()
-                from .streaming import explain_failure
+                from sensorcep.pipeline.streaming import explain_failure
 
                 raise explain_failure(query, query.exception())
 
@@ -105,11 +106,16 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[str, dict[str, str]]
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the always-on job's tasks (``sensorcep-stream --task=... --<setting>=...``)."""
-    from .runtime import get_spark
+    from sensorcep.runtime import get_spark
 
     task, params = parse_arguments(argv)
     settings = Settings.from_mapping(params)
     spark = get_spark()
+    from sensorcep.observability.monitoring import stop_progress_listener
+
     queries = start_task(spark, task, settings)
     log.warning("always-on task %s: started %s", task, ", ".join(q.name for q in queries))
-    await_queries(spark, queries)
+    try:
+        await_queries(spark, queries)
+    finally:
+        stop_progress_listener(spark)  # under Spark Connect (serverless) the process could not exit otherwise

@@ -4,6 +4,7 @@ The listener never blocks a query: progress events are buffered in memory and fl
 batches (every ``FLUSH_EVERY`` events) and whenever a query terminates; :func:`flush_progress` lets
 a caller wait until a stopped query's last events are on disk.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,23 +17,37 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql.streaming import StreamingQueryListener
 
-from .settings import Settings
+from sensorcep.settings import Settings
 
 log = logging.getLogger(__name__)
 FLUSH_EVERY = 50
 
-PROGRESS_SCHEMA = pa.schema([
-    ("query_name", pa.string()), ("query_id", pa.string()), ("run_id", pa.string()),
-    ("batch_id", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")),
-    ("num_input_rows", pa.int64()), ("input_rows_per_second", pa.float64()),
-    ("processed_rows_per_second", pa.float64()), ("batch_duration_ms", pa.int64()),
-    ("trigger_execution_ms", pa.int64()), ("add_batch_ms", pa.int64()), ("latest_offset_ms", pa.int64()),
-    ("watermark", pa.timestamp("us", tz="UTC")), ("event_time_max", pa.timestamp("us", tz="UTC")),
-    ("state_rows_total", pa.int64()), ("state_memory_bytes", pa.int64()), ("state_commit_ms", pa.int64()),
-    ("rows_dropped_by_watermark", pa.int64()), ("source_end_offset", pa.string()),
-    ("kafka_records_skipped", pa.int64()),
-    ("progress_json", pa.string()), ("part_date", pa.date32()),
-])
+PROGRESS_SCHEMA = pa.schema(
+    [
+        ("query_name", pa.string()),
+        ("query_id", pa.string()),
+        ("run_id", pa.string()),
+        ("batch_id", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("num_input_rows", pa.int64()),
+        ("input_rows_per_second", pa.float64()),
+        ("processed_rows_per_second", pa.float64()),
+        ("batch_duration_ms", pa.int64()),
+        ("trigger_execution_ms", pa.int64()),
+        ("add_batch_ms", pa.int64()),
+        ("latest_offset_ms", pa.int64()),
+        ("watermark", pa.timestamp("us", tz="UTC")),
+        ("event_time_max", pa.timestamp("us", tz="UTC")),
+        ("state_rows_total", pa.int64()),
+        ("state_memory_bytes", pa.int64()),
+        ("state_commit_ms", pa.int64()),
+        ("rows_dropped_by_watermark", pa.int64()),
+        ("source_end_offset", pa.string()),
+        ("kafka_records_skipped", pa.int64()),
+        ("progress_json", pa.string()),
+        ("part_date", pa.date32()),
+    ]
+)
 
 
 def _ts(text: str | None):
@@ -49,15 +64,20 @@ def progress_row(progress: dict) -> dict:
     sources = progress.get("sources") or [{}]
     ts = _ts(progress.get("timestamp"))
     return {
-        "query_name": progress.get("name"), "query_id": progress.get("id"), "run_id": progress.get("runId"),
-        "batch_id": progress.get("batchId"), "timestamp": ts,
+        "query_name": progress.get("name"),
+        "query_id": progress.get("id"),
+        "run_id": progress.get("runId"),
+        "batch_id": progress.get("batchId"),
+        "timestamp": ts,
         "num_input_rows": progress.get("numInputRows"),
         "input_rows_per_second": _finite(progress.get("inputRowsPerSecond")),
         "processed_rows_per_second": _finite(progress.get("processedRowsPerSecond")),
         "batch_duration_ms": progress.get("batchDuration"),
         "trigger_execution_ms": durations.get("triggerExecution"),
-        "add_batch_ms": durations.get("addBatch"), "latest_offset_ms": durations.get("latestOffset"),
-        "watermark": _ts(event_time.get("watermark")), "event_time_max": _ts(event_time.get("max")),
+        "add_batch_ms": durations.get("addBatch"),
+        "latest_offset_ms": durations.get("latestOffset"),
+        "watermark": _ts(event_time.get("watermark")),
+        "event_time_max": _ts(event_time.get("max")),
         "state_rows_total": sum(o.get("numRowsTotal", 0) for o in ops) if ops else None,
         "state_memory_bytes": sum(o.get("memoryUsedBytes", 0) for o in ops) if ops else None,
         "state_commit_ms": sum(o.get("commitTimeMs", 0) for o in ops) if ops else None,
@@ -82,8 +102,12 @@ def kafka_records_skipped(progress: dict) -> int | None:
         start, end = _kafka_offsets(source.get("startOffset")), _kafka_offsets(source.get("endOffset"))
         if not (source.get("description", "").startswith("KafkaV2") and start and end):
             continue
-        span = sum(int(o) - int(start[topic][p]) for topic, parts in end.items() for p, o in parts.items()
-                   if p in start.get(topic, {}))
+        span = sum(
+            int(o) - int(start[topic][p])
+            for topic, parts in end.items()
+            for p, o in parts.items()
+            if p in start.get(topic, {})
+        )
         skipped = (skipped or 0) + max(0, span - int(source.get("numInputRows") or 0))
     return skipped
 
@@ -105,7 +129,8 @@ class DeltaProgressListener(StreamingQueryListener):
     ``FLUSH_EVERY`` events and when a query terminates; :func:`flush_progress` writes from the caller's thread.
     """
 
-    def __init__(self):
+    def __init__(self, spark):
+        self._spark = spark  # the session whose queries it hears and whose Delta writer it uses
         self._routes: dict[str, str] = {}  # query name -> stream_progress path
         self._buffers: dict[str, list[dict]] = {}  # path -> rows not yet written
         self._lock = threading.Lock()
@@ -148,10 +173,10 @@ class DeltaProgressListener(StreamingQueryListener):
 
     def flush(self) -> int:
         """Write every buffered row; rows that fail to write stay buffered for the next flush."""
-        from pyspark import SparkContext
+        from sensorcep.runtime import session_alive
 
         with self._writing:
-            if SparkContext._active_spark_context is None:  # the application is shutting down
+            if not session_alive(self._spark):  # the application is shutting down
                 return 0
             return self._write_buffers()
 
@@ -163,7 +188,7 @@ class DeltaProgressListener(StreamingQueryListener):
             if not rows:
                 continue
             try:
-                _append_progress(path, rows)
+                _append_progress(self._spark, path, rows)
                 written += len(rows)
             except Exception:  # a monitoring failure must never take a query down
                 log.exception("could not write %d progress rows to %s", len(rows), path)
@@ -175,12 +200,11 @@ class DeltaProgressListener(StreamingQueryListener):
         return self._terminated.setdefault(str(query_id), threading.Event()).wait(timeout)
 
 
-def _append_progress(path: str, rows: list[dict]) -> None:
-    from . import delta
-    from .runtime import get_spark
+def _append_progress(spark, path: str, rows: list[dict]) -> None:
+    from sensorcep.io import delta
 
     table = pa.Table.from_pylist(rows, schema=PROGRESS_SCHEMA)
-    delta.write_table(get_spark().createDataFrame(table), path, mode="append", partition_by=["part_date"])
+    delta.write_table(spark.createDataFrame(table), path, mode="append", partition_by=["part_date"])
 
 
 _listeners: dict[str, DeltaProgressListener] = {}
@@ -190,9 +214,11 @@ def ensure_progress_listener(spark, settings: Settings, query: str | None = None
     """The application's progress listener (registered on first use); with ``query``, route that query's
     progress to ``stream_progress`` under ``settings``. :func:`streaming.start_query` calls this for
     every query of the project, before the query starts."""
-    key = spark.sparkContext.applicationId
+    from sensorcep.runtime import session_key
+
+    key = session_key(spark)
     if key not in _listeners:
-        listener = DeltaProgressListener()
+        listener = DeltaProgressListener(spark)
         spark.streams.addListener(listener)
         _listeners[key] = listener
     if query is not None:
@@ -208,8 +234,28 @@ def flush_progress(spark, settings: Settings, query=None, timeout: float = 30.0)
     listener.flush()
 
 
-def progress_frame(query, columns=("batch_id", "num_input_rows", "batch_duration_ms", "watermark",
-                                   "state_rows_total", "rows_dropped_by_watermark")):
+def stop_progress_listener(spark) -> None:
+    """Flush the session's progress listener and unregister it. Call it before a script's end under Spark Connect:
+    PySpark's client-side listener thread is not a daemon, so a process with a listener never exits."""
+    from sensorcep.runtime import session_key
+
+    listener = _listeners.pop(session_key(spark), None)
+    if listener is not None:
+        spark.streams.removeListener(listener)  # under Connect: returns once the events sent so far are handled
+        listener.flush()
+
+
+def progress_frame(
+    query,
+    columns=(
+        "batch_id",
+        "num_input_rows",
+        "batch_duration_ms",
+        "watermark",
+        "state_rows_total",
+        "rows_dropped_by_watermark",
+    ),
+):
     """A query's recent progress as a small pandas table (one row per micro-batch)."""
 
     rows = [progress_row(json.loads(p.json)) for p in query.recentProgress]
@@ -220,7 +266,7 @@ def progress_frame(query, columns=("batch_id", "num_input_rows", "batch_duration
 def read_progress(spark, settings: Settings):
     """Delta ``stream_progress`` as a pandas frame (empty, with the columns, when nothing was recorded yet)."""
 
-    from . import delta
+    from sensorcep.io import delta
 
     path = settings.table_path("stream_progress")
     if not delta.table_exists(path):
@@ -231,11 +277,37 @@ def read_progress(spark, settings: Settings):
 
 def trigger_intervals(settings: Settings) -> dict[str, int]:
     """Each project query's trigger interval in ms (0 = as fast as possible), for the health rules."""
-    from .health import trigger_interval_ms
+    from sensorcep.observability.health import trigger_interval_ms
 
-    queries = {"ingest": settings.trigger, "sampling": settings.trigger, "device_activity": settings.trigger,
-               "alerts": settings.alerts_trigger, "anomalies": settings.trigger, "escalations": settings.trigger}
+    queries = {
+        "ingest": settings.trigger,
+        "sampling": settings.trigger,
+        "device_activity": settings.trigger,
+        "alerts": settings.alerts_trigger,
+        "anomalies": settings.trigger,
+        "escalations": settings.trigger,
+    }
     return {settings.query_name(q): trigger_interval_ms(t) for q, t in queries.items()}
+
+
+def progress_summary(progress: pd.DataFrame) -> pd.DataFrame:
+    """``stream_progress`` -> one row per query: runs, batches, input rows and the p95 batch duration."""
+    return progress.groupby("query_name").agg(
+        runs=("run_id", "nunique"),
+        batches=("batch_id", "count"),
+        rows=("num_input_rows", "sum"),
+        p95_batch_ms=("batch_duration_ms", lambda durations: durations.quantile(0.95)),
+    )
+
+
+def save_progress_plots(progress: pd.DataFrame, intervals: dict[str, int]) -> list[str]:
+    """One progress figure per query (rates, batch time vs trigger, state, watermark lag), saved as PNG."""
+    from sensorcep.observability.plots import plot_query_progress
+
+    return [
+        save_figure(plot_query_progress(progress, query, intervals.get(query, 0)), f"progress_{query}")
+        for query in sorted(progress.query_name.unique())
+    ]
 
 
 def save_figure(fig, name: str) -> str:
@@ -258,27 +330,42 @@ def state_metadata(spark, settings: Settings, query: str):
 
 def state_variable(spark, settings: Settings, query: str, state_var: str, operator_id: int = 0):
     """The rows of one transformWithState state variable (``statestore`` source; list elements one per row)."""
-    return (spark.read.format("statestore").option("operatorId", operator_id).option("stateVarName", state_var)
-            .load(settings.checkpoint_path(query)))
+    return (
+        spark.read.format("statestore")
+        .option("operatorId", operator_id)
+        .option("stateVarName", state_var)
+        .load(settings.checkpoint_path(query))
+    )
 
 
-def sampling_buckets(spark, settings: Settings) -> pd.DataFrame:
-    """What the sampling processor holds: one row per scope key and slide bucket still needed by an open window,
-    with its chunks (one per micro-batch that brought events for it) and their Arrow bytes."""
+def sampling_chunks(spark, settings: Settings) -> pd.DataFrame:
+    """What the sampling processor holds: one row per scope key and chunk (the events one micro-batch brought),
+    with the slide buckets it spans and its Arrow bytes. A chunk is freed once the last window holding its last
+    bucket has closed."""
     from pyspark.sql import functions as F
 
-    buckets = state_variable(spark, settings, "sampling", "buckets")
-    return (buckets.groupBy(F.col("key.scope").alias("scope"),
-                            F.timestamp_millis("user_map_key.bucket_start_ms").alias("bucket_start"))
-            .agg(F.count("*").alias("chunks"), F.sum(F.length("user_map_value.events")).alias("bytes"))
-            .orderBy("scope", "bucket_start").toPandas())
+    chunks = state_variable(spark, settings, "sampling", "chunks")
+    return (
+        chunks.select(
+            F.col("key.scope").alias("scope"),
+            F.col("user_map_key.chunk").alias("chunk"),
+            F.timestamp_millis("user_map_key.first_bucket_ms").alias("first_bucket"),
+            F.timestamp_millis("user_map_key.last_bucket_ms").alias("last_bucket"),
+            F.length("user_map_value.events").alias("bytes"),
+        )
+        .orderBy("scope", "chunk")
+        .toPandas()
+    )
 
 
 # ------------------------------------------------------------------------------ live view
 def offsets_behind(progress: dict) -> int | None:
     """Records the query's Kafka sources were behind the topics' ends at its last batch (None: no Kafka source)."""
-    behind = [int(float(m["maxOffsetsBehindLatest"])) for source in progress.get("sources") or []
-              if "maxOffsetsBehindLatest" in (m := source.get("metrics") or {})]
+    behind = [
+        int(float(m["maxOffsetsBehindLatest"]))
+        for source in progress.get("sources") or []
+        if "maxOffsetsBehindLatest" in (m := source.get("metrics") or {})
+    ]
     return sum(behind) if behind else None
 
 
@@ -293,9 +380,11 @@ def progress_line(query) -> str:
     progress = json.loads(last.json)
     row = progress_row(progress)
     behind = offsets_behind(progress)
-    return (f"{query.name:<16} batch {row['batch_id']:>5}  in {row['input_rows_per_second'] or 0:>9,.0f}/s  "
-            f"done {row['processed_rows_per_second'] or 0:>9,.0f}/s  batch {row['batch_duration_ms'] or 0:>7,} ms  "
-            f"behind {'-' if behind is None else f'{behind:,}'}")
+    return (
+        f"{query.name:<16} batch {row['batch_id']:>5}  in {row['input_rows_per_second'] or 0:>9,.0f}/s  "
+        f"done {row['processed_rows_per_second'] or 0:>9,.0f}/s  batch {row['batch_duration_ms'] or 0:>7,} ms  "
+        f"behind {'-' if behind is None else f'{behind:,}'}"
+    )
 
 
 LIVE_COLUMNS = ["query", "status", "batch", "input rows/s", "processed rows/s", "batch ms", "state rows", "watermark"]
@@ -309,11 +398,18 @@ def live_table(queries):
         last = query.lastProgress
         row = progress_row(json.loads(last.json)) if last is not None else {}
         status = query.status if query.isActive else {"message": "stopped"}
-        rows.append([query.name, status.get("message", ""), row.get("batch_id"),
-                     round(row["input_rows_per_second"] or 0) if row else None,
-                     round(row["processed_rows_per_second"] or 0) if row else None,
-                     row.get("batch_duration_ms"), row.get("state_rows_total"),
-                     row["watermark"].strftime("%H:%M:%S") if row.get("watermark") else None])
+        rows.append(
+            [
+                query.name,
+                status.get("message", ""),
+                row.get("batch_id"),
+                round(row["input_rows_per_second"] or 0) if row else None,
+                round(row["processed_rows_per_second"] or 0) if row else None,
+                row.get("batch_duration_ms"),
+                row.get("state_rows_total"),
+                row["watermark"].strftime("%H:%M:%S") if row.get("watermark") else None,
+            ]
+        )
     return pd.DataFrame(rows, columns=LIVE_COLUMNS)
 
 

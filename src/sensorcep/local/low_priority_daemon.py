@@ -5,6 +5,7 @@ queries' Python workers (the sampling and device-activity processors). Workers f
 ``nice`` +10 (``SENSORCEP_PYTHON_WORKER_NICE``), so a sampling batch takes the CPU the alerts leave idle instead of
 delaying them. On Databricks the always-on job runs the alert query on a cluster of its own instead.
 """
+
 import os
 
 from pyspark import daemon

@@ -1,13 +1,15 @@
 """The end-of-demo summary: rows per table, quarantine reasons, where the notebooks are."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
-from .settings import PROJECT_ROOT, TABLES, Settings
+from sensorcep.pipeline.ingest import quarantine_reasons
+from sensorcep.settings import PROJECT_ROOT, TABLES, Settings
 
 
 def table_counts(spark, settings: Settings) -> dict[str, int | None]:
-    from . import delta
+    from sensorcep.io import delta
 
     counts = {}
     for name in TABLES:
@@ -16,27 +18,17 @@ def table_counts(spark, settings: Settings) -> dict[str, int | None]:
     return counts
 
 
-def quarantine_reasons(spark, settings: Settings) -> dict[str, int]:
-    from . import delta
-
-    path = settings.table_path("quarantine_events")
-    if not delta.table_exists(path, spark):
-        return {}
-    reasons = delta.read_table(spark, path).select("reason").toPandas()["reason"]
-    return reasons.str.replace(r"^unparseable event_time .*", "unparseable event_time", regex=True).value_counts().to_dict()
-
-
 def print_summary(settings: Settings, runs_dir: Path | None = None) -> None:
-    from .runtime import get_spark
+    from sensorcep.runtime import get_spark
 
     spark = get_spark()
     print(f"\nDelta tables under {settings.base_path}/tables")
     for name, count in table_counts(spark, settings).items():
         print(f"  {name:<20} {'-' if count is None else f'{count:,}':>12}")
     reasons = quarantine_reasons(spark, settings)
-    if reasons:
+    if len(reasons):
         print("quarantined records by reason")
-        for reason, count in reasons.items():
+        for reason, count in zip(reasons.reason, reasons["count"], strict=False):
             print(f"  {count:>8,}  {reason}")
     runs = runs_dir or max((PROJECT_ROOT / "runs").glob("*"), default=None)
     if runs:

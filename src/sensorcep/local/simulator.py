@@ -6,6 +6,7 @@ jitter (event time a little off the arrival time), out-of-order arrivals, late a
 watermark and some beyond it, exact duplicates re-sent a few seconds later, anomalies
 (sensor_freq < 0), a few exact zeros, and a share of malformed records of many kinds.
 """
+
 from __future__ import annotations
 
 import json
@@ -86,8 +87,11 @@ def generate(config: SimulationConfig) -> Simulation:
     event_time = arrival - (rng.uniform(0, config.jitter_s, n) * 1e6).astype(np.int64)
     draw = rng.random(n)
     cut = np.cumsum([config.late_share, config.too_late_share, config.duplicate_share, config.malformed_share])
-    kind = np.select([draw < cut[0], draw < cut[1], draw < cut[2], draw < cut[3]],
-                     ["late", "too_late", "duplicate", "malformed"], "ontime")
+    kind = np.select(
+        [draw < cut[0], draw < cut[1], draw < cut[2], draw < cut[3]],
+        ["late", "too_late", "duplicate", "malformed"],
+        "ontime",
+    )
     late = kind == "late"
     event_time[late] = arrival[late] - (rng.uniform(10, 25, late.sum()) * 1e6).astype(np.int64)
     too_late = kind == "too_late"
@@ -110,7 +114,7 @@ def generate(config: SimulationConfig) -> Simulation:
     times = _iso(event_time)
     values = [
         f'{{"device_id": "{d}", "sensor_freq": {f!r}, "event_time": "{t}"}}'.encode()
-        for d, f, t in zip(device_ids.tolist(), freq.tolist(), times)
+        for d, f, t in zip(device_ids.tolist(), freq.tolist(), times, strict=False)
     ]
     for i, idx in enumerate(np.flatnonzero(kind == "malformed")):
         values[idx] = _malformed(MALFORMED_KINDS[i % len(MALFORMED_KINDS)], device_ids[idx], freq[idx], times[idx])
@@ -126,7 +130,9 @@ def generate(config: SimulationConfig) -> Simulation:
             "event_time": pd.to_datetime(np.where(valid, event_time, 0), unit="us", utc=True).where(valid),
         }
     )
-    end = datetime.fromtimestamp(int(arrival[-1]) / 1e6 + 1 / config.rate, timezone.utc) if n else config.resolved_start()
+    end = (
+        datetime.fromtimestamp(int(arrival[-1]) / 1e6 + 1 / config.rate, timezone.utc) if n else config.resolved_start()
+    )
     return Simulation(config, records, end)
 
 
@@ -146,19 +152,28 @@ def _malformed(kind: str, device: str, freq: float, time: str) -> bytes:
     return b"\xff\xfe" + device.encode() + b"\x80"
 
 
-def produce(simulation: Simulation, bootstrap: str, topic: str, progress: bool = False,
-            extra_config: dict | None = None) -> int:
+def produce(
+    simulation: Simulation, bootstrap: str, topic: str, progress: bool = False, extra_config: dict | None = None
+) -> int:
     """Send every record to ``topic`` in arrival order (key = device id); returns the count."""
     return produce_records(simulation.records, bootstrap, topic, progress, extra_config)
 
 
-def produce_records(records: pd.DataFrame, bootstrap: str, topic: str, progress: bool = False,
-                    extra_config: dict | None = None) -> int:
+def produce_records(
+    records: pd.DataFrame, bootstrap: str, topic: str, progress: bool = False, extra_config: dict | None = None
+) -> int:
     """Send ``records`` (columns key, value, timestamp_ms) to ``topic`` in order."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True,
-                         "queue.buffering.max.messages": 1_000_000, **(extra_config or {})})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "enable.idempotence": True,
+            "queue.buffering.max.messages": 1_000_000,
+            **(extra_config or {}),
+        }
+    )
     failures: list = []
 
     def on_delivery(err, _msg):
@@ -166,7 +181,9 @@ def produce_records(records: pd.DataFrame, bootstrap: str, topic: str, progress:
             failures.append(err)
 
     bar = _progress(len(records), progress, f"producing to {topic}")
-    for i, (key, value, ts) in enumerate(zip(records.key.tolist(), records.value.tolist(), records.timestamp_ms.tolist())):
+    for i, (key, value, ts) in enumerate(
+        zip(records.key.tolist(), records.value.tolist(), records.timestamp_ms.tolist(), strict=False)
+    ):
         while True:
             try:
                 producer.produce(topic, value=value, key=key, timestamp=ts, on_delivery=on_delivery)
@@ -184,15 +201,20 @@ def produce_records(records: pd.DataFrame, bootstrap: str, topic: str, progress:
     return len(records)
 
 
-def acknowledgements(simulation: Simulation, anomaly_threshold: float = 0.0, share: float = 0.7,
-                     max_delay_s: float = 1_200.0, seed: int | None = None) -> pd.DataFrame:
+def acknowledgements(
+    simulation: Simulation,
+    anomaly_threshold: float = 0.0,
+    share: float = 0.7,
+    max_delay_s: float = 1_200.0,
+    seed: int | None = None,
+) -> pd.DataFrame:
     """Acks ({alert_id, acked_by, ack_time}) for a share of the simulated alerts, as Kafka records.
 
     Each acked alert is acknowledged ``uniform(5 s, max_delay_s)`` after its event, so with the default
     ``ack_timeout`` of 10 minutes about half of the acks come too late and those alerts escalate.
     Records are in ack-time order, Kafka timestamp = ack time.
     """
-    from .alerts import alert_id, rule_text
+    from sensorcep.pipeline.alerts import alert_id, rule_text
 
     rng = np.random.default_rng(simulation.config.seed + 7 if seed is None else seed)
     anomalies = simulation.distinct_valid[simulation.distinct_valid.sensor_freq < anomaly_threshold]
@@ -200,12 +222,21 @@ def acknowledgements(simulation: Simulation, anomaly_threshold: float = 0.0, sha
     event_us = chosen.event_time.dt.tz_convert(None).astype("int64").to_numpy() // 1000
     ack_us = event_us + (rng.uniform(5.0, max_delay_s, len(chosen)) * 1e6).astype(np.int64) // 1000 * 1000
     rule = rule_text(anomaly_threshold)
-    ids = [alert_id(d, t, rule) for d, t in zip(chosen.device_id.tolist(), event_us.tolist())]
+    ids = [alert_id(d, t, rule) for d, t in zip(chosen.device_id.tolist(), event_us.tolist(), strict=False)]
     operators = rng.choice(["ops-anna", "ops-ben", "ops-chen"], len(chosen)).tolist()
-    values = [json.dumps({"alert_id": i, "acked_by": o, "ack_time": t}).encode()
-              for i, o, t in zip(ids, operators, _iso(ack_us))]
-    acks = pd.DataFrame({"key": [i.encode() for i in ids], "value": values, "timestamp_ms": ack_us // 1000,
-                         "alert_id": ids, "ack_time": pd.to_datetime(ack_us, unit="us", utc=True)})
+    values = [
+        json.dumps({"alert_id": i, "acked_by": o, "ack_time": t}).encode()
+        for i, o, t in zip(ids, operators, _iso(ack_us), strict=False)
+    ]
+    acks = pd.DataFrame(
+        {
+            "key": [i.encode() for i in ids],
+            "value": values,
+            "timestamp_ms": ack_us // 1000,
+            "alert_id": ids,
+            "ack_time": pd.to_datetime(ack_us, unit="us", utc=True),
+        }
+    )
     return acks.sort_values("timestamp_ms", kind="mergesort").reset_index(drop=True)
 
 
@@ -219,17 +250,19 @@ def devices_dimension(devices: int, seed: int) -> pd.DataFrame:
     """The small ``devices`` dimension (site, sensor type) for the stream-static enrichment."""
     rng = np.random.default_rng(seed + 1)
     ids = np.char.add("dev-", np.char.zfill(np.arange(devices).astype(str), 5))
-    return pd.DataFrame({
-        "device_id": ids,
-        "site": rng.choice(["plant-north", "plant-south", "warehouse", "lab"], devices),
-        "sensor_type": rng.choice(["vibration", "acoustic", "rf"], devices),
-    })
+    return pd.DataFrame(
+        {
+            "device_id": ids,
+            "site": rng.choice(["plant-north", "plant-south", "warehouse", "lab"], devices),
+            "sensor_type": rng.choice(["vibration", "acoustic", "rf"], devices),
+        }
+    )
 
 
 def write_devices_table(settings, devices: int, seed: int) -> str:
     """Write (overwrite) the devices dimension Delta table."""
-    from . import delta
-    from .runtime import get_spark
+    from sensorcep.io import delta
+    from sensorcep.runtime import get_spark
 
     path = settings.table_path("devices")
     delta.write_table(get_spark().createDataFrame(devices_dimension(devices, seed)), path, mode="overwrite")

@@ -14,6 +14,7 @@ when a query starts) and reports throughput, batch time, state commit time (``co
 rows and memory and RocksDB's custom metrics, all reported by the state stores on the executors (where state
 lives; a driver-side heap reading would say nothing about them). :func:`recommend` reads the table.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,16 +24,16 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
-from .runtime import DATABRICKS_ROCKSDB_PROVIDER, HDFS_PROVIDER, OSS_ROCKSDB_PROVIDER, is_databricks
-from .settings import Settings, parse_trigger
+from sensorcep.runtime import DATABRICKS_ROCKSDB_PROVIDER, HDFS_PROVIDER, OSS_ROCKSDB_PROVIDER, is_databricks
+from sensorcep.settings import Settings, parse_trigger
 
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
@@ -45,13 +46,31 @@ ROCKSDB_PREFIX = "spark.sql.streaming.stateStore.rocksdb."
 #: Databricks-only settings the presets use (refused elsewhere: open-source Spark has no such setting)
 DATABRICKS_KEYS = frozenset({ASYNC_CHECKPOINT})
 #: RocksDB options are read by prefix, not registered as SQL settings (open-source Spark 4.1 RocksDBConf)
-ROCKSDB_OPTIONS = frozenset({
-    "changelogCheckpointing.enabled", "boundedMemoryUsage", "maxMemoryUsageMB", "writeBufferCacheRatio",
-    "highPriorityPoolRatio", "compactOnCommit", "blockSizeKB", "blockCacheSizeMB", "lockAcquireTimeoutMs",
-    "resetStatsOnLoad", "formatVersion", "trackTotalNumberOfRows", "maxOpenFiles", "writeBufferSizeMB",
-    "maxWriteBufferNumber", "allowFAllocate", "compression", "minVersionsToRetain", "minVersionsToDelete",
-    "fileChecksumEnabled", "minDeltasForSnapshot",
-})
+ROCKSDB_OPTIONS = frozenset(
+    {
+        "changelogCheckpointing.enabled",
+        "boundedMemoryUsage",
+        "maxMemoryUsageMB",
+        "writeBufferCacheRatio",
+        "highPriorityPoolRatio",
+        "compactOnCommit",
+        "blockSizeKB",
+        "blockCacheSizeMB",
+        "lockAcquireTimeoutMs",
+        "resetStatsOnLoad",
+        "formatVersion",
+        "trackTotalNumberOfRows",
+        "maxOpenFiles",
+        "writeBufferSizeMB",
+        "maxWriteBufferNumber",
+        "allowFAllocate",
+        "compression",
+        "minVersionsToRetain",
+        "minVersionsToDelete",
+        "fileChecksumEnabled",
+        "minDeltasForSnapshot",
+    }
+)
 QUERIES = ("sampling", "window_counts")
 
 
@@ -75,8 +94,11 @@ class Preset:
 
 
 def _rocksdb(**extra: str) -> dict[str, str]:
-    return {PROVIDER: DATABRICKS_ROCKSDB_PROVIDER if is_databricks() else OSS_ROCKSDB_PROVIDER,
-            CHANGELOG: "false", **extra}
+    return {
+        PROVIDER: DATABRICKS_ROCKSDB_PROVIDER if is_databricks() else OSS_ROCKSDB_PROVIDER,
+        CHANGELOG: "false",
+        **extra,
+    }
 
 
 def presets() -> dict[str, Preset]:
@@ -84,33 +106,72 @@ def presets() -> dict[str, Preset]:
     cores = str(os.cpu_count() or 2) if not is_databricks() else "8"
     changelog = {CHANGELOG: "true", SHUFFLE: cores}
     items = [
-        Preset("hdfs", "HDFS-backed store: state in JVM memory, delta files per batch (no transformWithState)",
-               {PROVIDER: HDFS_PROVIDER, SHUFFLE: cores}),
+        Preset(
+            "hdfs",
+            "HDFS-backed store: state in JVM memory, delta files per batch (no transformWithState)",
+            {PROVIDER: HDFS_PROVIDER, SHUFFLE: cores},
+        ),
         Preset("rocksdb", "RocksDB store, full snapshot upload on every commit", _rocksdb(**{SHUFFLE: cores})),
-        Preset("rocksdb_changelog", "RocksDB + changelog checkpointing: commit writes only the batch's changes",
-               _rocksdb(**changelog)),
-        Preset("rocksdb_bounded_memory", "RocksDB + changelog, block cache and memtables capped (500 MB per executor)",
-               _rocksdb(**changelog, **{BOUNDED: "true", MAX_MEMORY: "500"})),
-        Preset("rocksdb_checkpoint_v2", "RocksDB + changelog, state checkpoint format v2 (checkpoint ids in the commit log)",
-               _rocksdb(**changelog, **{FORMAT_V2: "2"})),
-        Preset("shuffle_200", "RocksDB + changelog with Spark's default 200 shuffle partitions (first 4 batches only: "
-               "each takes tens of seconds on 2 cores)", _rocksdb(**{CHANGELOG: "true", SHUFFLE: "200"}), max_batches=4),
-        Preset("trigger_5s", "RocksDB + changelog, 5 s processing-time trigger (the source design): fewer, larger batches",
-               _rocksdb(**changelog), trigger="5 seconds"),
-        Preset("databricks_async_checkpoint", "Databricks RocksDB + changelog + asynchronous state checkpointing",
-               _rocksdb(**changelog, **{ASYNC_CHECKPOINT: "true"}), databricks_only=True),
+        Preset(
+            "rocksdb_changelog",
+            "RocksDB + changelog checkpointing: commit writes only the batch's changes",
+            _rocksdb(**changelog),
+        ),
+        Preset(
+            "rocksdb_bounded_memory",
+            "RocksDB + changelog, block cache and memtables capped (500 MB per executor)",
+            _rocksdb(**changelog, **{BOUNDED: "true", MAX_MEMORY: "500"}),
+        ),
+        Preset(
+            "rocksdb_checkpoint_v2",
+            "RocksDB + changelog, state checkpoint format v2 (checkpoint ids in the commit log)",
+            _rocksdb(**changelog, **{FORMAT_V2: "2"}),
+        ),
+        Preset(
+            "shuffle_200",
+            "RocksDB + changelog with Spark's default 200 shuffle partitions (first 4 batches only: "
+            "each takes tens of seconds on 2 cores)",
+            _rocksdb(**{CHANGELOG: "true", SHUFFLE: "200"}),
+            max_batches=4,
+        ),
+        Preset(
+            "trigger_5s",
+            "RocksDB + changelog, 5 s processing-time trigger (the source design): fewer, larger batches",
+            _rocksdb(**changelog),
+            trigger="5 seconds",
+        ),
+        Preset(
+            "databricks_async_checkpoint",
+            "Databricks RocksDB + changelog + asynchronous state checkpointing",
+            _rocksdb(**changelog, **{ASYNC_CHECKPOINT: "true"}),
+            databricks_only=True,
+        ),
     ]
     return {p.name: p for p in items}
 
 
 #: preset matrices: (query, preset) pairs. ``quick`` runs in CI and jobs (under 3 minutes locally).
 MATRICES = {
-    "quick": [("sampling", "rocksdb"), ("sampling", "rocksdb_changelog"),
-              ("window_counts", "hdfs"), ("window_counts", "rocksdb"), ("window_counts", "rocksdb_changelog")],
-    "full": [("sampling", p) for p in ("rocksdb", "rocksdb_changelog", "rocksdb_bounded_memory",
-                                       "rocksdb_checkpoint_v2", "shuffle_200", "trigger_5s",
-                                       "databricks_async_checkpoint")]
-            + [("window_counts", p) for p in ("hdfs", "rocksdb", "rocksdb_changelog", "rocksdb_checkpoint_v2")],
+    "quick": [
+        ("sampling", "rocksdb"),
+        ("sampling", "rocksdb_changelog"),
+        ("window_counts", "hdfs"),
+        ("window_counts", "rocksdb"),
+        ("window_counts", "rocksdb_changelog"),
+    ],
+    "full": [
+        ("sampling", p)
+        for p in (
+            "rocksdb",
+            "rocksdb_changelog",
+            "rocksdb_bounded_memory",
+            "rocksdb_checkpoint_v2",
+            "shuffle_200",
+            "trigger_5s",
+            "databricks_async_checkpoint",
+        )
+    ]
+    + [("window_counts", p) for p in ("hdfs", "rocksdb", "rocksdb_changelog", "rocksdb_checkpoint_v2")],
 }
 
 
@@ -121,6 +182,7 @@ class Workload:
     ``shape``: ``steady`` or ``bursty`` (the rate alternates between 3x and 1/3 of ``rate`` every minute).
     Event times jitter up to 5 s (inside the watermark), 1% anomalies, 1% exact re-sends.
     """
+
     events: int = 20_000
     devices: int = 200
     rate: int = 500
@@ -136,7 +198,10 @@ class Workload:
 
 
 #: workloads of the preset matrices
-WORKLOADS = {"quick": Workload(events=20_000, batch=2_500), "full": Workload(events=300_000, devices=1_000, rate=1_000, batch=20_000)}
+WORKLOADS = {
+    "quick": Workload(events=20_000, batch=2_500),
+    "full": Workload(events=300_000, devices=1_000, rate=1_000, batch=20_000),
+}
 
 
 def workload_frame(workload: Workload) -> pd.DataFrame:
@@ -157,8 +222,13 @@ def workload_frame(workload: Workload) -> pd.DataFrame:
     dup = rng.random(n) < 0.01
     dup[0] = False
     idx = np.where(dup, np.arange(n) - 1, np.arange(n))
-    return pd.DataFrame({"device_id": device[idx], "sensor_freq": freq[idx],
-                         "event_time": pd.to_datetime(event_us[idx], unit="us", utc=True)})
+    return pd.DataFrame(
+        {
+            "device_id": device[idx],
+            "sensor_freq": freq[idx],
+            "event_time": pd.to_datetime(event_us[idx], unit="us", utc=True),
+        }
+    )
 
 
 WORKLOAD_SCHEMA = "device_id string, sensor_freq double, event_time timestamp"
@@ -171,15 +241,20 @@ def write_workload(folder: Path, workload: Workload, batches: int | None = None)
     Read back by :func:`workload_stream`, every configuration sees the same batches, in commit order: nothing
     depends on file modification times, which Unity Catalog volumes and other mounts do not keep reliably.
     """
-    from .runtime import get_spark
+    from sensorcep.runtime import get_spark
 
     spark = get_spark()
     frame = workload_frame(workload)
     sizes = []
     for start in list(range(0, len(frame), workload.batch))[:batches]:
-        part = frame.iloc[start:start + workload.batch]
-        (spark.createDataFrame(part, WORKLOAD_SCHEMA).coalesce(1)
-         .write.format("delta").mode("append").save(str(folder)))
+        part = frame.iloc[start : start + workload.batch]
+        (
+            spark.createDataFrame(part, WORKLOAD_SCHEMA)
+            .coalesce(1)
+            .write.format("delta")
+            .mode("append")
+            .save(str(folder))
+        )
         sizes.append(len(part))
     return sizes
 
@@ -195,22 +270,28 @@ def validate_conf(spark, conf: Mapping[str, str]) -> None:
     problems = []
     for key in conf:
         if key.startswith(ROCKSDB_PREFIX):
-            option = key[len(ROCKSDB_PREFIX):]
+            option = key[len(ROCKSDB_PREFIX) :]
             if option not in ROCKSDB_OPTIONS:
                 hint = difflib.get_close_matches(option, ROCKSDB_OPTIONS, n=1)
-                problems.append(f"{key} is not a RocksDB state store option"
-                                + (f" (did you mean {ROCKSDB_PREFIX}{hint[0]}?)" if hint else ""))
+                problems.append(
+                    f"{key} is not a RocksDB state store option"
+                    + (f" (did you mean {ROCKSDB_PREFIX}{hint[0]}?)" if hint else "")
+                )
         elif key in DATABRICKS_KEYS and is_databricks():
             continue  # Databricks reads these when a query starts; its runtime may not report them as SQL settings
         elif not spark.conf.isModifiable(key):
             hint = difflib.get_close_matches(key, [PROVIDER, CHANGELOG, FORMAT_V2, SHUFFLE, ASYNC_CHECKPOINT], n=1)
-            problems.append(f"{key} is not a Spark SQL setting this runtime can change per query"
-                            + (f" (did you mean {hint[0]}?)" if hint else ""))
+            problems.append(
+                f"{key} is not a Spark SQL setting this runtime can change per query"
+                + (f" (did you mean {hint[0]}?)" if hint else "")
+            )
     if problems:
         raise TuningError("refusing configuration: " + "; ".join(problems))
 
 
-def plan(matrix: str | Iterable[tuple[str, str]], catalog: Mapping[str, Preset] | None = None) -> list[tuple[str, Preset]]:
+def plan(
+    matrix: str | Iterable[tuple[str, str]], catalog: Mapping[str, Preset] | None = None
+) -> list[tuple[str, Preset]]:
     """Resolve a matrix name (or explicit (query, preset) pairs) to runnable configurations.
 
     Databricks-only presets are dropped off Databricks; unknown names and impossible pairs raise.
@@ -239,14 +320,18 @@ def plan(matrix: str | Iterable[tuple[str, str]], catalog: Mapping[str, Preset] 
 def _query(name: str, events, settings: Settings):
     from pyspark.sql import functions as F
 
-    from .sampling import sample_stream
+    from sensorcep.pipeline.sampling import sample_stream
 
     if name == "sampling":
         return sample_stream(events, settings)
     window = F.window("event_time", settings.window_duration, settings.slide_duration)
-    return (events.withWatermark("event_time", settings.watermark_delay).groupBy(window.alias("w"), "device_id")
-            .agg(F.count("*").alias("events"), F.min("sensor_freq").alias("min_freq"),
-                 F.max("sensor_freq").alias("max_freq")))
+    return (
+        events.withWatermark("event_time", settings.watermark_delay)
+        .groupBy(window.alias("w"), "device_id")
+        .agg(
+            F.count("*").alias("events"), F.min("sensor_freq").alias("min_freq"), F.max("sensor_freq").alias("max_freq")
+        )
+    )
 
 
 def run_configuration(spark, query: str, preset: Preset, source: str, work: str, settings: Settings) -> dict:
@@ -263,9 +348,14 @@ def run_configuration(spark, query: str, preset: Preset, source: str, work: str,
     try:
         events = workload_stream(spark, source)
         started = time.perf_counter()
-        running = (_query(query, events, settings).writeStream.foreachBatch(count).outputMode("append")
-                   .option("checkpointLocation", f"{work}/ckpt-{query}-{preset.name}")
-                   .trigger(**parse_trigger(preset.trigger)).start())
+        running = (
+            _query(query, events, settings)
+            .writeStream.foreachBatch(count)
+            .outputMode("append")
+            .option("checkpointLocation", f"{work}/ckpt-{query}-{preset.name}")
+            .trigger(**parse_trigger(preset.trigger))
+            .start()
+        )
         try:
             running.processAllAvailable()
         finally:
@@ -275,10 +365,17 @@ def run_configuration(spark, query: str, preset: Preset, source: str, work: str,
     finally:
         for key, value in previous.items():
             spark.conf.unset(key) if value is None else spark.conf.set(key, value)
-    return {"query": query, "preset": preset.name, "store": preset.store, "trigger": preset.trigger,
-            "description": preset.description, **summarize(progress),
-            "output_rows": output_rows["n"], "wall_s": round(wall_s, 1),
-            "conf": json.dumps(dict(preset.conf), sort_keys=True)}
+    return {
+        "query": query,
+        "preset": preset.name,
+        "store": preset.store,
+        "trigger": preset.trigger,
+        "description": preset.description,
+        **summarize(progress),
+        "output_rows": output_rows["n"],
+        "wall_s": round(wall_s, 1),
+        "conf": json.dumps(dict(preset.conf), sort_keys=True),
+    }
 
 
 def summarize(progress: list[dict]) -> dict:
@@ -296,16 +393,21 @@ def summarize(progress: list[dict]) -> dict:
                 if key.startswith("rocksdb"):
                     custom.setdefault(key, []).append(float(value))
     # wall-clock span of the batches with data: a processing-time trigger's idle waits count against it
-    span_s = ((_epoch_ms(data[-1]) + data[-1]["durationMs"].get("triggerExecution", 0) - _epoch_ms(data[0])) / 1000
-              if data else 0)
+    span_s = (
+        (_epoch_ms(data[-1]) + data[-1]["durationMs"].get("triggerExecution", 0) - _epoch_ms(data[0])) / 1000
+        if data
+        else 0
+    )
     pct = lambda values, q: float(np.percentile(values, q)) if len(values) else None  # noqa: E731
     return {
         "batches": len(data),
         "input_rows": int(sum(p["numInputRows"] for p in data)),
         "events_per_s": round(sum(p["numInputRows"] for p in data) / span_s, 1) if span_s else None,
-        "batch_p50_ms": pct(batch_ms, 50), "batch_p95_ms": pct(batch_ms, 95),
+        "batch_p50_ms": pct(batch_ms, 50),
+        "batch_p95_ms": pct(batch_ms, 95),
         "batch_max_ms": float(batch_ms.max()) if len(batch_ms) else None,
-        "commit_p50_ms": pct(commit_ms, 50), "commit_p95_ms": pct(commit_ms, 95),
+        "commit_p50_ms": pct(commit_ms, 50),
+        "commit_p95_ms": pct(commit_ms, 95),
         "state_rows_max": int(max(rows)) if rows else None,
         "state_memory_mb_max": round(max(memory) / 2**20, 2) if memory else None,
         "rocksdb_metrics": json.dumps({k: round(float(np.median(v)), 1) for k, v in sorted(custom.items())}),
@@ -317,9 +419,14 @@ def _epoch_ms(progress: dict) -> float:
 
 
 # ------------------------------------------------------------------------------ the matrix
-def run_matrix(spark, settings: Settings, matrix: str | Iterable[tuple[str, str]] = "quick",
-               workload: Workload | None = None, on_result: Callable[[dict], None] | None = None,
-               rounds: int | None = None) -> pd.DataFrame:
+def run_matrix(
+    spark,
+    settings: Settings,
+    matrix: str | Iterable[tuple[str, str]] = "quick",
+    workload: Workload | None = None,
+    on_result: Callable[[dict], None] | None = None,
+    rounds: int | None = None,
+) -> pd.DataFrame:
     """Run every configuration of ``matrix`` on ``workload`` from clean checkpoints; the tidy result table.
 
     With ``rounds`` > 1 the matrix runs again in reverse order and every figure is the median over the rounds:
@@ -391,26 +498,44 @@ def warm_up(spark, configurations, work: Path, workload: Workload, settings: Set
         first.setdefault(query, preset)
     for query, preset in first.items():
         print(f"[warm-up] {query} / {preset.name}", flush=True)
-        run_configuration(spark, query, dataclasses.replace(preset, name=f"warm-up-{preset.name}", trigger="0 seconds"),
-                          str(work / "warm-up"), str(work / "warm-up-checkpoints"), settings)
+        run_configuration(
+            spark,
+            query,
+            dataclasses.replace(preset, name=f"warm-up-{preset.name}", trigger="0 seconds"),
+            str(work / "warm-up"),
+            str(work / "warm-up-checkpoints"),
+            settings,
+        )
 
 
 def print_progress_line(row: dict) -> None:
-    print(f"      {row['events_per_s'] or 0:>10,.0f} ev/s  batch p50 {row['batch_p50_ms'] or 0:>6,.0f} ms  "
-          f"p95 {row['batch_p95_ms'] or 0:>6,.0f} ms  commit p95 {row['commit_p95_ms'] or 0:>5,.0f} ms  "
-          f"state rows {row['state_rows_max'] or 0:>7,}  ({row['wall_s']} s)", flush=True)
+    print(
+        f"      {row['events_per_s'] or 0:>10,.0f} ev/s  batch p50 {row['batch_p50_ms'] or 0:>6,.0f} ms  "
+        f"p95 {row['batch_p95_ms'] or 0:>6,.0f} ms  commit p95 {row['commit_p95_ms'] or 0:>5,.0f} ms  "
+        f"state rows {row['state_rows_max'] or 0:>7,}  ({row['wall_s']} s)",
+        flush=True,
+    )
 
 
-NUMERIC = ("events_per_s", "batch_p50_ms", "batch_p95_ms", "batch_max_ms", "commit_p50_ms", "commit_p95_ms",
-           "state_memory_mb_max", "wall_s")
+NUMERIC = (
+    "events_per_s",
+    "batch_p50_ms",
+    "batch_p95_ms",
+    "batch_max_ms",
+    "commit_p50_ms",
+    "commit_p95_ms",
+    "state_memory_mb_max",
+    "wall_s",
+)
 
 
 def save_results(spark, table: pd.DataFrame, settings: Settings) -> str:
     """Append a result table to Delta ``tuning_results`` (run id, Spark version, platform included)."""
-    from . import delta
+    from sensorcep.io import delta
 
     typed = table.astype({c: "float64" for c in NUMERIC if c in table}).astype(
-        {c: "Int64" for c in ("batches", "input_rows", "state_rows_max", "output_rows") if c in table})
+        {c: "Int64" for c in ("batches", "input_rows", "state_rows_max", "output_rows") if c in table}
+    )
     path = settings.table_path("tuning_results")
     delta.write_table(spark.createDataFrame(typed), path, mode="append")
     return path
@@ -429,7 +554,7 @@ class Recommendation:
 
     def __str__(self) -> str:
         lines = [f"Recommended: {self.preset}"] + [f"  - {r}" for r in self.reasons]
-        lines += ["  Databricks job cluster spark_conf:"] + [f"      {k}: \"{v}\"" for k, v in self.spark_conf.items()]
+        lines += ["  Databricks job cluster spark_conf:"] + [f'      {k}: "{v}"' for k, v in self.spark_conf.items()]
         return "\n".join(lines)
 
 
@@ -446,7 +571,9 @@ def _ratio(a, b) -> str:
     return f"{a / b:.2f}x" if a and b else "n/a"
 
 
-def recommend(table: pd.DataFrame, catalog: Mapping[str, Preset] | None = None, tolerance: float = 0.05) -> Recommendation:
+def recommend(
+    table: pd.DataFrame, catalog: Mapping[str, Preset] | None = None, tolerance: float = 0.05
+) -> Recommendation:
     """The sampling query's preset with the lowest p95 batch time (the trigger presets answer a different
     question: latency vs throughput), with the measured reasons, and how the stores compare on commit time.
 
@@ -459,33 +586,47 @@ def recommend(table: pd.DataFrame, catalog: Mapping[str, Preset] | None = None, 
         raise TuningError("no sampling-query result to recommend from: run a matrix with sampling configurations")
     fastest = sampling.sort_values(["batch_p95_ms", "events_per_s"], ascending=[True, False]).iloc[0]
     tied = sampling[sampling["batch_p95_ms"] <= fastest["batch_p95_ms"] * (1 + tolerance)]
-    best = min((row for _, row in tied.iterrows()), key=lambda row: (len(catalog[row["preset"]].conf), row["batch_p95_ms"]))
+    best = min(
+        (row for _, row in tied.iterrows()), key=lambda row: (len(catalog[row["preset"]].conf), row["batch_p95_ms"])
+    )
     reasons = []
     if best["preset"] != fastest["preset"]:
-        reasons.append(f"{fastest['preset']} had the lowest p95 batch time ({fastest['batch_p95_ms']:,.0f} ms) but "
-                       f"{best['preset']} is within {tolerance:.0%} ({best['batch_p95_ms']:,.0f} ms) with fewer settings")
+        reasons.append(
+            f"{fastest['preset']} had the lowest p95 batch time ({fastest['batch_p95_ms']:,.0f} ms) but "
+            f"{best['preset']} is within {tolerance:.0%} ({best['batch_p95_ms']:,.0f} ms) with fewer settings"
+        )
     by = {(r["query"], r["preset"]): r for _, r in table.iterrows()}
     plain = by.get(("sampling", "rocksdb"))
     if plain is not None and best["preset"] != "rocksdb":
-        reasons.append(f"sampling: p95 batch {best['batch_p95_ms']:,.0f} ms vs {plain['batch_p95_ms']:,.0f} ms with plain "
-                       f"RocksDB ({_ratio(best['batch_p95_ms'], plain['batch_p95_ms'])}), p95 commit "
-                       f"{best['commit_p95_ms']:,.0f} vs {plain['commit_p95_ms']:,.0f} ms, "
-                       f"{best['events_per_s']:,.0f} vs {plain['events_per_s']:,.0f} events/s")
+        reasons.append(
+            f"sampling: p95 batch {best['batch_p95_ms']:,.0f} ms vs {plain['batch_p95_ms']:,.0f} ms with plain "
+            f"RocksDB ({_ratio(best['batch_p95_ms'], plain['batch_p95_ms'])}), p95 commit "
+            f"{best['commit_p95_ms']:,.0f} vs {plain['commit_p95_ms']:,.0f} ms, "
+            f"{best['events_per_s']:,.0f} vs {plain['events_per_s']:,.0f} events/s"
+        )
     else:
-        reasons.append(f"sampling: lowest p95 batch time, {best['batch_p95_ms']:,.0f} ms at {best['events_per_s']:,.0f} events/s")
+        reasons.append(
+            f"sampling: lowest p95 batch time, {best['batch_p95_ms']:,.0f} ms at {best['events_per_s']:,.0f} events/s"
+        )
     stores = [by.get(("window_counts", p)) for p in ("rocksdb_changelog", "rocksdb", "hdfs")]
     if all(s is not None for s in stores):
         changelog, rocksdb, hdfs = stores
-        reasons.append(f"window_counts: p95 commit with changelog {changelog['commit_p95_ms']:,.0f} ms vs plain RocksDB "
-                       f"{rocksdb['commit_p95_ms']:,.0f} ms ({_ratio(changelog['commit_p95_ms'], rocksdb['commit_p95_ms'])})"
-                       f" and HDFS {hdfs['commit_p95_ms']:,.0f} ms ({_ratio(changelog['commit_p95_ms'], hdfs['commit_p95_ms'])})")
+        reasons.append(
+            f"window_counts: p95 commit with changelog {changelog['commit_p95_ms']:,.0f} ms vs plain RocksDB "
+            f"{rocksdb['commit_p95_ms']:,.0f} ms ({_ratio(changelog['commit_p95_ms'], rocksdb['commit_p95_ms'])})"
+            f" and HDFS {hdfs['commit_p95_ms']:,.0f} ms ({_ratio(changelog['commit_p95_ms'], hdfs['commit_p95_ms'])})"
+        )
     shuffle = by.get(("sampling", "shuffle_200"))
     if shuffle is not None:
-        reasons.append(f"200 shuffle partitions: p95 batch {shuffle['batch_p95_ms']:,.0f} ms "
-                       f"({_ratio(shuffle['batch_p95_ms'], best['batch_p95_ms'])} of {best['preset']}): keep state "
-                       "partitions near the core count (fixed by the first checkpoint)")
+        reasons.append(
+            f"200 shuffle partitions: p95 batch {shuffle['batch_p95_ms']:,.0f} ms "
+            f"({_ratio(shuffle['batch_p95_ms'], best['batch_p95_ms'])} of {best['preset']}): keep state "
+            "partitions near the core count (fixed by the first checkpoint)"
+        )
     slow = by.get(("sampling", "trigger_5s"))
     if slow is not None:
-        reasons.append(f"5 s trigger: {slow['events_per_s']:,.0f} vs {best['events_per_s']:,.0f} events/s on a backlog; "
-                       "as fast as possible lowers latency and keeps up, a fixed interval only batches more per trigger")
+        reasons.append(
+            f"5 s trigger: {slow['events_per_s']:,.0f} vs {best['events_per_s']:,.0f} events/s on a backlog; "
+            "as fast as possible lowers latency and keeps up, a fixed interval only batches more per trigger"
+        )
     return Recommendation(best["preset"], reasons, databricks_conf(catalog[best["preset"]]))

@@ -3,12 +3,13 @@
 All in Spark SQL expressions (JVM, no Python UDF). A row is either a valid event (``reason`` is
 null) or a quarantine row with the first check it failed; nothing is dropped.
 """
+
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .settings import Settings, parse_duration
+from sensorcep.settings import Settings, parse_duration
 
 EVENT_COLUMNS = ["device_id", "sensor_freq", "event_time"]
 INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
@@ -27,8 +28,10 @@ def _future_limit(settings: Settings):
     """
     max_future_s = int(parse_duration(settings.max_future))
     kafka_ts = F.col("kafka_timestamp")
-    return F.when(kafka_ts > F.lit("1971-01-01").cast("timestamp"),
-                  kafka_ts + F.expr(f"make_interval(0, 0, 0, 0, 0, 0, {max_future_s})"))
+    return F.when(
+        kafka_ts > F.lit("1971-01-01").cast("timestamp"),
+        kafka_ts + F.expr(f"make_interval(0, 0, 0, 0, 0, 0, {max_future_s})"),
+    )
 
 
 def _stage(raw: DataFrame, settings: Settings) -> DataFrame:
@@ -36,17 +39,29 @@ def _stage(raw: DataFrame, settings: Settings) -> DataFrame:
     future_limit = _future_limit(settings)
     fast = F.from_json(F.col("value").cast("string"), FAST_SCHEMA, {"columnNameOfCorruptRecord": "_corrupt"})
     staged = raw.select(
-        "key", "value", "topic", "partition", "offset", F.col("timestamp").alias("kafka_timestamp"),
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        F.col("timestamp").alias("kafka_timestamp"),
         fast.alias("_j"),
     ).select("*", F.expr("try_cast(_j.event_time as timestamp)").alias("_t"))
     j = lambda name: F.col(f"_j.{name}")  # noqa: E731
     dev = j("device_id")
     fast_ok = (  # cheap checks only (no regex): anything doubtful takes the exact VARIANT path
-        F.col("_j").isNotNull() & j("_corrupt").isNull()
-        & (F.length(F.trim(dev)) > 0) & ~dev.isin("true", "false") & ~F.substring(dev, 1, 1).isin("[", "{")
+        F.col("_j").isNotNull()
+        & j("_corrupt").isNull()
+        & (F.length(F.trim(dev)) > 0)
+        & ~dev.isin("true", "false")
+        & ~F.substring(dev, 1, 1).isin("[", "{")
         & (F.expr("try_cast(_j.device_id as double)").isNull() | F.expr("try_cast(_j.device_id as bigint)").isNotNull())
-        & j("sensor_freq").isNotNull() & ~F.isnan(j("sensor_freq")) & (F.abs(j("sensor_freq")) != float("inf"))
-        & (F.substring(j("event_time"), 5, 1) == "-") & F.col("_t").isNotNull() & F.coalesce(F.col("_t") <= future_limit, F.lit(True))
+        & j("sensor_freq").isNotNull()
+        & ~F.isnan(j("sensor_freq"))
+        & (F.abs(j("sensor_freq")) != float("inf"))
+        & (F.substring(j("event_time"), 5, 1) == "-")
+        & F.col("_t").isNotNull()
+        & F.coalesce(F.col("_t") <= future_limit, F.lit(True))
         & F.expr("is_valid_utf8(value)")
     )
     staged = staged.select("*", fast_ok.alias("_ok"))
@@ -80,8 +95,14 @@ def parse_events(raw: DataFrame, settings: Settings) -> DataFrame:
         .when(~((dev_t == "STRING") | dev_t.isin(*INTEGER_TYPES)), F.concat(F.lit("device_id has wrong type "), dev_t))
         .when(F.length(F.trim(v_device)) == 0, F.lit("device_id is empty"))
         .when(missing(freq_t), F.lit("missing field sensor_freq"))
-        .when(~F.greatest(*[freq_t.startswith(p) for p in NUMBER_PREFIXES]), F.concat(F.lit("sensor_freq has wrong type "), freq_t))
-        .when(v_freq.isNull() | F.isnan(v_freq) | (F.abs(v_freq) == float("inf")), F.lit("sensor_freq is not a finite number"))
+        .when(
+            ~F.greatest(*[freq_t.startswith(p) for p in NUMBER_PREFIXES]),
+            F.concat(F.lit("sensor_freq has wrong type "), freq_t),
+        )
+        .when(
+            v_freq.isNull() | F.isnan(v_freq) | (F.abs(v_freq) == float("inf")),
+            F.lit("sensor_freq is not a finite number"),
+        )
         .when(missing(time_t), F.lit("missing field event_time"))
         .when(time_t != "STRING", F.concat(F.lit("event_time has wrong type "), time_t))
         .when(v_time.isNull(), F.concat(F.lit("unparseable event_time "), F.substring(v_time_text, 1, 64)))
@@ -94,17 +115,35 @@ def parse_events(raw: DataFrame, settings: Settings) -> DataFrame:
         F.when(F.col("_ok"), j("sensor_freq")).otherwise(v_freq).alias("sensor_freq"),
         F.when(F.col("_ok"), F.col("_t")).otherwise(v_time).alias("event_time"),
         F.when(F.col("_ok"), F.lit(None).cast("string")).otherwise(slow_reason).alias("reason"),
-        "key", "value", "topic", "partition", "offset", "kafka_timestamp", *extras,
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "kafka_timestamp",
+        *extras,
     ).select(  # rejected rows carry no half-parsed fields
         *[F.when(F.col("reason").isNull(), F.col(c)).alias(c) for c in EVENT_COLUMNS + settings.extra_field_names],
-        "reason", "key", "value", "topic", "partition", "offset", "kafka_timestamp",
+        "reason",
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "kafka_timestamp",
     )
 
 
 def quarantine_rows(parsed: DataFrame) -> DataFrame:
     """Rejected records with their raw bytes, Kafka coordinates and the reason."""
     return parsed.where(F.col("reason").isNotNull()).select(
-        "key", F.col("value").alias("raw_value"), "topic", "partition", "offset", "kafka_timestamp",
-        "reason", F.current_timestamp().alias("quarantined_at"),
+        "key",
+        F.col("value").alias("raw_value"),
+        "topic",
+        "partition",
+        "offset",
+        "kafka_timestamp",
+        "reason",
+        F.current_timestamp().alias("quarantined_at"),
         F.to_date("kafka_timestamp").alias("part_date"),
     )

@@ -1,10 +1,11 @@
 """Kafka read/write through Spark's Kafka connector (``format("kafka")``), locally and on Databricks."""
+
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from .runtime import get_dbutils, jaas_login_module
-from .settings import Settings
+from sensorcep.runtime import get_dbutils, jaas_login_module
+from sensorcep.settings import Settings
 
 
 def security_options(settings: Settings) -> dict[str, str]:
@@ -27,14 +28,26 @@ def client_config(settings: Settings) -> dict[str, str]:
     conf = {"bootstrap.servers": settings.kafka_bootstrap_servers}
     if settings.kafka_secret_scope:
         secrets = get_dbutils().secrets
-        conf.update({"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
-                     "sasl.username": secrets.get(settings.kafka_secret_scope, "kafka-username"),
-                     "sasl.password": secrets.get(settings.kafka_secret_scope, "kafka-password")})
+        conf.update(
+            {
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": secrets.get(settings.kafka_secret_scope, "kafka-username"),
+                "sasl.password": secrets.get(settings.kafka_secret_scope, "kafka-password"),
+            }
+        )
     return conf
 
 
-def read_kafka(spark: SparkSession, settings: Settings, topics: list[str] | str, *,
-               starting_offsets: str = "earliest", stream: bool = True, realtime: bool = False) -> DataFrame:
+def read_kafka(
+    spark: SparkSession,
+    settings: Settings,
+    topics: list[str] | str,
+    *,
+    starting_offsets: str = "earliest",
+    stream: bool = True,
+    realtime: bool = False,
+) -> DataFrame:
     """Kafka records with Spark's Kafka columns (key, value, topic, partition, offset, timestamp, ...).
 
     Streams read at most ``max_offsets_per_trigger`` records per micro-batch (0 = no limit; availableNow
@@ -64,14 +77,21 @@ def sink_options(settings: Settings, topic: str) -> dict[str, str]:
     ``linger.ms=0``: a record is sent as soon as it is written, not held back to fill a batch (latency first; the
     alert path writes few records).
     """
-    return {"kafka.bootstrap.servers": settings.kafka_bootstrap_servers, "topic": topic, "kafka.linger.ms": "0",
-            **security_options(settings)}
+    return {
+        "kafka.bootstrap.servers": settings.kafka_bootstrap_servers,
+        "topic": topic,
+        "kafka.linger.ms": "0",
+        **security_options(settings),
+    }
 
 
 def write_kafka(df: DataFrame, settings: Settings, topic: str) -> None:
     """Batch-write ``df`` (columns value [, key]) to ``topic``; used inside foreachBatch."""
-    (df.write.format("kafka").mode("append")
-     .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
-     .options(**security_options(settings))
-     .option("topic", topic)
-     .save())
+    (
+        df.write.format("kafka")
+        .mode("append")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+        .options(**security_options(settings))
+        .option("topic", topic)
+        .save()
+    )
