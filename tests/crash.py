@@ -12,12 +12,12 @@ import time
 def kill_after_first_commit(call: str, settings, table: str, timeout_s: float = 120.0) -> None:
     """Run ``sensorcep.<call>(get_spark(), settings)`` in a new process; SIGKILL it after ``table``'s first commit.
 
-    ``call`` is e.g. ``"ingest.start_ingest"``. Fails if the run ends before it could be killed.
+    ``call`` is e.g. ``"pipeline.ingest.start_ingest"``. Fails if the run ends before it could be killed.
     """
-    module, function = call.split(".")
+    module, function = call.rsplit(".", 1)
     code = (
-        f"from sensorcep import {module}; from sensorcep.runtime import get_spark; "
-        f"from sensorcep.settings import Settings; {call}(get_spark(), Settings(**{settings.__dict__!r}))"
+        f"from sensorcep.{module} import {function}; from sensorcep.runtime import get_spark; "
+        f"from sensorcep.settings import Settings; {function}(get_spark(), Settings(**{settings.__dict__!r}))"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     delta_log = os.path.join(settings.table_path(table), "_delta_log")

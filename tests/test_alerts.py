@@ -69,7 +69,7 @@ def test_crash_and_restart_alerts_every_anomaly_with_stable_ids(spark, settings)
     )
     simulator.produce(sim, settings.kafka_bootstrap_servers, settings.events_topic)
     settings = settings.replace(alerts_trigger="availableNow", max_offsets_per_trigger=500)
-    kill_after_first_commit("alerts.run_alert_path", settings, "anomalies")
+    kill_after_first_commit("pipeline.alerts.run_alert_path", settings, "anomalies")
     alerts.run_alert_path(spark, settings)
     alerts.start_anomalies(spark, settings.replace(query_suffix="_replay"))  # a new checkpoint replays every alert
 

@@ -280,6 +280,13 @@ def test_the_bundle_artifact_builds_a_wheel_with_the_package_and_its_entry_point
     )
     (wheel,) = tmp_path.glob("sensorcep-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "sensorcep/always_on.py" in names and "sensorcep/low_priority_daemon.py" in names
+    assert "sensorcep/pipeline/always_on.py" in names and "sensorcep/local/low_priority_daemon.py" in names
+    assert {n.split("/")[1] for n in names if n.startswith("sensorcep/") and n.count("/") == 2} == {
+        "pipeline",
+        "io",
+        "observability",
+        "local",
+    }, "every subpackage is shipped"
+    assert not any(n.endswith("oracle.py") for n in names), "test-only code stays out of the wheel"
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "sensorcep-stream = sensorcep.pipeline.always_on:main" in entry_points

@@ -60,7 +60,7 @@ def test_two_runs_land_exactly_the_valid_distinct_events(spark, settings):
 
 def test_killed_run_then_rerun_changes_nothing(spark, settings, tmp_path):
     sim = _produce(settings, 4_000, seed=3, start=START)
-    kill_after_first_commit("ingest.start_ingest", settings, "bronze_events")
+    kill_after_first_commit("pipeline.ingest.start_ingest", settings, "bronze_events")
     partial = len(_bronze_keys(settings))
     assert 0 < partial < len(sim.distinct_valid)
 
