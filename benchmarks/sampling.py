@@ -8,8 +8,8 @@ stream one commit per trigger, as 02 reads bronze_events, so every approach sees
 writing to the ``noop`` sink:
 
 * ``bucketed``   - sensorcep.pipeline.sampling.WindowSampler (what 02 runs): transformWithStateInPandas keyed by
-                   sampling scope, each event entering once; one map entry (an Arrow chunk) per slide
-                   bucket and batch, an event-time timer per window end reading its buckets;
+                   sampling scope, each event entering once; one map entry (an Arrow chunk) per batch,
+                   one pass per batch emitting every window the watermark closed;
 * ``whole_list`` - the source design translated to PySpark: applyInPandasWithState keeping the
                    window's whole event list in one state value, re-written every micro-batch;
 * ``tws_floor``  - (optional, ``--approaches ...,tws_floor``) a transformWithStateInPandas processor with the

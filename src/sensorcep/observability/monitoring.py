@@ -121,8 +121,8 @@ def _finite(value):
 
 
 class DeltaProgressListener(StreamingQueryListener):
-    """One per Spark application. Each project query is routed (by name, before it starts) to the
-    ``stream_progress`` table of the settings that started it; other queries are ignored.
+    """One per session (:func:`ensure_progress_listener`). Each project query is routed (by name, before it
+    starts) to the ``stream_progress`` table of the settings that started it; other queries are ignored.
 
     Callbacks run on Spark's listener bus thread and only buffer: a Spark job (the Delta write) started from
     that thread would wait for the very bus it blocks. A background thread writes the buffers every

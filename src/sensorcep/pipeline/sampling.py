@@ -1,21 +1,20 @@
 """02 sampling: the first, middle and last event of every sliding event-time window, plus every anomaly.
 
-The rule (:func:`pick_samples`) is a pure pandas function; the streaming part
-(:class:`WindowSampler`) keeps each event once, in its slide bucket, and calls the rule once per
-window, when the watermark passes the window's end:
+The rule (:func:`pick_samples`, :func:`window_samples` for many windows at once) is pure pandas; the
+streaming part (:class:`WindowSampler`) keeps each event once and applies the rule when the watermark
+passes window ends:
 
 * the grouping key is the sampling scope: one key for all devices (``sample_scope = window``) or
   the device id (``sample_scope = device``). Each event enters the processor once, not once per
   overlapping window (a 60 s window sliding by 20 s would otherwise hold every event three times);
-* ``handleInputRows`` splits the batch by slide bucket (``event_time - event_time % slide``) and
-  adds ONE map-state entry per bucket and micro-batch, the bucket's events as an Arrow IPC "chunk",
-  then registers an event-time timer at the end of every window holding that bucket (registering the
-  same time twice is a no-op). Nothing already held is read or re-written: a batch costs the same
-  whether the windows hold 10 or 100,000 events;
-* a window's timer reads the chunks of its ``window / slide`` buckets, picks the samples and frees
-  the oldest bucket, which no later window contains. A window is emitted once and never again: its
-  timer is gone, and any later event for it is older than the watermark, i.e. dropped as too late by
-  Spark.
+* ``handleInputRows`` adds ONE map-state entry per key and micro-batch, the batch's events as an
+  Arrow IPC "chunk" keyed by (chunk number, first and last slide bucket it spans), and registers one
+  event-time timer, at the first window end holding them. Nothing already held is read or re-written:
+  a batch costs the same whether the windows hold 10 or 100,000 events;
+* the key's first expiring timer of a batch emits every window ending up to the watermark in one
+  pass (one read of the chunks they need, one sort), frees the chunks no open window needs and
+  registers the next window end. A window is emitted once and never again: any later event for it is
+  older than the watermark, i.e. dropped as too late by Spark.
 """
 
 from __future__ import annotations

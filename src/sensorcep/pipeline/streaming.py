@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from sensorcep.runtime import classic_context, set_trigger
+from sensorcep.runtime import classic_context, session_key, set_trigger
 from sensorcep.settings import Settings, parse_trigger
 
 log = logging.getLogger(__name__)
@@ -26,8 +26,8 @@ def scheduler_pool_context(spark: SparkSession):
     """Where a query's FAIR scheduler pool is set: the classic session's SparkContext. Spark Connect has no
     pools (its queries share the cluster's scheduler): None, said once per session."""
     context = classic_context(spark)
-    if context is None and type(spark).__name__ not in _said_no_pools:
-        _said_no_pools.add(type(spark).__name__)
+    if context is None and session_key(spark) not in _said_no_pools:
+        _said_no_pools.add(session_key(spark))
         log.warning(
             "Spark Connect session: FAIR scheduler pools are a classic-cluster feature, so the queries "
             "share the default pool (their results are the same; only their CPU shares differ)"
