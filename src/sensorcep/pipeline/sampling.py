@@ -274,9 +274,8 @@ def start_sampling(spark, settings: Settings, *, wait: bool = True, events: Data
 
 def state_partitions(spark, settings: Settings) -> dict[str, str]:
     """The sampling state's partitions: one for ``sample_scope = window``, whose only key lives in one partition
-    (every other partition would cost a task, a state store and a commit per batch for nothing: measured here
-    p50 batch 0.77-0.88 s vs 0.92-1.01 s at 10,000-event batches, commit 65 vs 130 ms); the session's count for
-    ``device``. Fixed by the query's first start (the checkpoint keeps it)."""
+    (every other partition would cost a task, a state store and a commit per batch for nothing); the session's
+    count for ``device``. Fixed by the query's first start (the checkpoint keeps it)."""
     if settings.sample_scope == "window":
         return {"spark.sql.shuffle.partitions": "1"}
     return {}
