@@ -120,6 +120,7 @@ def measure(
         alerts_trigger=trigger,
         trigger=sampling_trigger if sampling_trigger != "none" else "availableNow",
         base_path=tempfile.mkdtemp(prefix="bench-alerts-"),
+        tables="paths",  # a scratch folder per run, several runs per Spark application: no names to register
         max_offsets_per_trigger=0,
     )
     with broker.scratch_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic]):

@@ -8,6 +8,7 @@ path, with a small simulated data set already in their topic.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -72,13 +73,15 @@ def bootstrap() -> str:
 
 @pytest.fixture
 def settings(tmp_path, request):
-    """Settings for one test: its own base path and topics (named after the test)."""
+    """Settings for one test: its own base path, schema (the session's catalog holds every test's tables) and topics
+    (named after the test)."""
     from sensorcep.settings import Settings
 
     name = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")[:60]
     return Settings(
         kafka_bootstrap_servers=TEST_BROKER,
         base_path=str(tmp_path),
+        schema=re.sub(r"\W", "_", tmp_path.name),
         events_topic=f"ev-{name}",
         alerts_topic=f"al-{name}",
         acks_topic=f"ack-{name}",

@@ -39,8 +39,12 @@ def main() -> None:
         trigger="availableNow",
         alerts_trigger="availableNow",
     )
-    reference = env_settings(base_path=str(base / "reference"), alerts_topic=f"chain-alerts-ref-{run}", **common)
-    crashed = env_settings(base_path=str(base / "crashed"), alerts_topic=f"chain-alerts-{run}", **common)
+    reference = env_settings(
+        base_path=str(base / "reference"), schema="chain_reference", alerts_topic=f"chain-alerts-ref-{run}", **common
+    )
+    crashed = env_settings(
+        base_path=str(base / "crashed"), schema="chain_crashed", alerts_topic=f"chain-alerts-{run}", **common
+    )
     bootstrap = reference.kafka_bootstrap_servers
     create_topics(bootstrap, [reference.events_topic, reference.alerts_topic, crashed.alerts_topic])
     simulator.produce(

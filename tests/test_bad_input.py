@@ -87,6 +87,7 @@ def bad_input(spark, tmp_path_factory, bootstrap):
     settings = Settings(
         kafka_bootstrap_servers=bootstrap,
         base_path=str(tmp_path_factory.mktemp("bad-input")),
+        schema="bad_input",
         events_topic="bad-input-events",
         max_offsets_per_trigger=200,
     )

@@ -178,6 +178,9 @@ def test_local_values_of_workspace_references_and_dynamic_values(monkeypatch):
     by_key = {t.key: t for t in jobs.tasks()}
     assert by_key["ingest"].parameters["base_path"] == "/tmp/local-data"  # the volume: a local folder instead
     assert by_key["monitoring"].parameters["job_id"] == ""  # {{job.id}}: no job locally
+    # the deployed schema (dev_<user>_sensor_cep), the workspace catalog: locally the same names in Spark's catalog
+    names = {k: by_key["ingest"].parameters[k] for k in ("tables", "catalog", "schema")}
+    assert names == {"tables": "catalog", "catalog": "", "schema": "sensor_cep"}
     with pytest.raises(jobs.JobError, match="names workspace resources"):
         jobs.local_value("catalog_path", "${resources.volumes.x.name}", {}, {})
 

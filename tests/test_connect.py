@@ -41,8 +41,15 @@ def test_the_pipeline_through_spark_connect_writes_what_the_classic_session_writ
     simulator.produce(sim, settings.kafka_bootstrap_servers, settings.events_topic)
     simulator.produce_records(simulator.acknowledgements(sim), settings.kafka_bootstrap_servers, settings.acks_topic)
     common = dict(alerts_trigger="availableNow", ack_timeout="2 minutes")
-    classic = settings.replace(base_path=str(tmp_path / "classic"), alerts_topic=settings.alerts_topic + "-c", **common)
-    connect = settings.replace(base_path=str(tmp_path / "connect"), alerts_topic=settings.alerts_topic + "-s", **common)
+    classic, connect = (  # the Connect server is the test session's: the same catalog, so a schema each
+        settings.replace(
+            base_path=str(tmp_path / kind),
+            schema=f"{settings.schema}_{kind}",
+            alerts_topic=f"{settings.alerts_topic}-{kind}",
+            **common,
+        )
+        for kind in ("classic", "connect")
+    )
     create_topics(settings.kafka_bootstrap_servers, [classic.alerts_topic, connect.alerts_topic])
 
     run_pipeline(spark, classic)

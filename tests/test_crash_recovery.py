@@ -85,12 +85,16 @@ def test_kill_9_at_random_points_then_restart_equals_an_uninterrupted_run(spark,
         trigger="availableNow",
         alerts_trigger="availableNow",
     )
-    reference = Settings(base_path=str(tmp_path / "reference"), alerts_topic="crash-alerts-reference", **common)
+    reference = Settings(
+        base_path=str(tmp_path / "reference"), schema="crash_reference", alerts_topic="crash-alerts-reference", **common
+    )
     ingest.start_ingest(spark, reference)
     sampling.start_sampling(spark, reference)
     alerts.run_alert_path(spark, reference)
 
-    crashed = Settings(base_path=str(tmp_path / "crashed"), alerts_topic="crash-alerts", **common)
+    crashed = Settings(
+        base_path=str(tmp_path / "crashed"), schema="crash_crashed", alerts_topic="crash-alerts", **common
+    )
     outcomes = []
     started = time.monotonic()
     for point in kill_points(seed=20261122, count=5):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streams import delta_version
 
-from sensorcep.io import delta
+from sensorcep.io import delta, tables
 from sensorcep.local import broker, simulator
 from sensorcep.runtime import JavaMissingError, check_java
 
@@ -40,16 +40,18 @@ def test_simulator_is_deterministic_for_a_seed_and_has_every_kind():
     assert other.records.value.tolist() != a.records.value.tolist()
 
 
-def test_a_replayed_micro_batch_is_written_once(spark, tmp_path):
-    path = str(tmp_path / "t")
+@pytest.mark.parametrize("tables_by", ["catalog", "paths"])
+def test_a_replayed_micro_batch_is_written_once(spark, settings, tables_by):
+    settings = settings.replace(tables=tables_by)
+    table = tables.table(settings, "sensor_samples")
     df = spark.createDataFrame([(1, "2026-01-01")], "x int, part_date string")
-    delta.write_batch(df, path, "q:t", 0, ["part_date"])
-    delta.write_batch(df, path, "q:t", 0, ["part_date"])  # the replay: Delta sees txnVersion 0 of q:t, adds nothing
-    delta.write_batch(df, path, "q:t", 1, ["part_date"])
-    assert delta.read_table(spark, path).count() == 2
-    assert delta.write_batch(df.limit(0), path, "q:t", 2, ["part_date"]) is False  # empty: no commit at all
-    assert delta.read_table(spark, path, version=0).count() == 1
-    assert delta_version(path) == 1
+    delta.write_batch(df, table, "q:t", 0, ["part_date"])
+    delta.write_batch(df, table, "q:t", 0, ["part_date"])  # the replay: Delta sees txnVersion 0 of q:t, adds nothing
+    delta.write_batch(df, table, "q:t", 1, ["part_date"])
+    assert delta.read_table(spark, table).count() == 2
+    assert delta.write_batch(df.limit(0), table, "q:t", 2, ["part_date"]) is False  # empty: no commit at all
+    assert delta.read_table(spark, table, version=0).count() == 1
+    assert delta_version(settings.table_path("sensor_samples")) == 1  # the files are where base_path says
 
 
 def test_session_jars_are_the_pinned_connectors_without_what_pyspark_ships():

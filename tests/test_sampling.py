@@ -152,10 +152,9 @@ batch_lists = st.lists(
 def test_property_any_batches_match_the_oracle(spark, settings, tmp_path_factory, batches, scope, slide):
     frames = [events(*rows) if rows else events(("z", 1.0, 0)).iloc[:0] for rows in batches]
     frames = [f for f in frames if len(f)] or [events(("a", 1.0, 0))]  # a parquet file per non-empty batch
-    base = tmp_path_factory.mktemp("prop")
-    settings = _run(
-        spark, settings, base, frames, sample_scope=scope, slide_duration=f"{slide} seconds", base_path=str(base)
-    )
+    base = tmp_path_factory.mktemp("prop")  # a base path and schema per example
+    example = dict(sample_scope=scope, slide_duration=f"{slide} seconds", base_path=str(base), schema=base.name)
+    settings = _run(spark, settings, base, frames, **example)
     assert sample_rows(settings) == oracle_rows(reference_samples(frames, 60, slide, 30, scope))
 
 

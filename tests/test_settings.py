@@ -18,6 +18,20 @@ def test_locations_derive_from_base_path_deterministically():
         s.table_path("bronze")
 
 
+def test_tables_are_catalog_names_by_default_or_paths_by_one_setting():
+    assert Settings().table_name("bronze_events") == "sensor_cep.bronze_events"  # the session's current catalog
+    assert Settings(catalog="main", schema="dev_ann_sensor_cep").table_name("anomalies") == (
+        "main.dev_ann_sensor_cep.anomalies"
+    )
+    assert Settings(tables="paths").table_name("anomalies") is None
+    with pytest.raises(SettingsError, match="'catalog' .* or 'paths'"):
+        Settings(tables="volumes").validate()
+    with pytest.raises(SettingsError, match="schema: 'sensor-cep' is not a usable name"):
+        Settings(schema="sensor-cep").validate()
+    with pytest.raises(SettingsError, match="give a schema"):
+        Settings(schema="").validate()
+
+
 def test_widget_values_are_typed_and_validated():
     dbutils = LocalDbutils({"max_offsets_per_trigger": "500", "sample_scope": "device"})
     s = settings_from_widgets(dbutils, ["max_offsets_per_trigger", "sample_scope", "trigger"])

@@ -16,7 +16,7 @@ TINY = Workload(events=3_000, devices=20, rate=25, batch=1_000)  # 2 minutes of 
 def results(spark, tmp_path_factory):
     from sensorcep.settings import Settings
 
-    settings = Settings(base_path=str(tmp_path_factory.mktemp("tuning")))
+    settings = Settings(base_path=str(tmp_path_factory.mktemp("tuning")), schema="tuning")
     before = spark.conf.get(tuning.PROVIDER)
     table = tuning.run_matrix(spark, settings, [("sampling", "rocksdb_changelog"), ("window_counts", "hdfs")], TINY)
     return table, before, settings

@@ -1,8 +1,9 @@
 """One typed settings object for the whole project.
 
 Every notebook reads its job parameters (Databricks widgets, or the local stand-in) into a
-:class:`Settings`; defaults live here and nowhere else. Table and checkpoint locations are derived
-from ``base_path`` deterministically so a restart finds its checkpoint.
+:class:`Settings`; defaults live here and nowhere else. Tables are catalog names (``tables=catalog``:
+``<catalog>.<schema>.<table>``) or Delta paths (``tables=paths``), see :mod:`sensorcep.io.tables`; checkpoint
+locations are derived from ``base_path`` deterministically so a restart finds its checkpoint.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_BROKER = "127.0.0.1:9092"
 
-#: table names used by the pipeline (``<base_path>/tables/<name>``)
+#: the pipeline's tables (names in the catalog's schema; their files, where this project places them:
+#: ``<base_path>/tables/<name>``)
 TABLES = (
     "bronze_events",
     "quarantine_events",
@@ -61,7 +63,25 @@ class Settings:
     alerts_topic: str = "sensor-alerts"
     acks_topic: str = "sensor-alert-acks"
     escalations_topic: str = ""
-    base_path: str = str(PROJECT_ROOT / ".data")
+    base_path: str = field(
+        default=str(PROJECT_ROOT / ".data"),
+        metadata={"doc": "checkpoints under <base_path>/checkpoints; tables' files under <base_path>/tables"},
+    )
+    tables: str = field(
+        default="catalog",
+        metadata={
+            "doc": "catalog: tables are named <catalog>.<schema>.<table> (Unity Catalog on Databricks; locally Spark's "
+            "catalog, files under <base_path>/tables); paths: Delta tables by path, no names"
+        },
+    )
+    catalog: str = field(
+        default="",
+        metadata={"doc": "catalog of the tables; empty: the session's current catalog (locally spark_catalog)"},
+    )
+    schema: str = field(
+        default="sensor_cep",
+        metadata={"doc": "schema of the tables (the bundle passes its schema: dev_<user>_sensor_cep in dev)"},
+    )
     trigger: str = "availableNow"
     window_duration: str = "60 seconds"
     slide_duration: str = "30 seconds"
@@ -112,6 +132,13 @@ class Settings:
         return new
 
     def validate(self) -> None:
+        if self.tables not in ("catalog", "paths"):
+            raise SettingsError(f"tables must be 'catalog' (names) or 'paths', not {self.tables!r}")
+        for name in ("catalog", "schema"):
+            if not re.fullmatch(r"[A-Za-z0-9_]*", getattr(self, name)):
+                raise SettingsError(f"{name}: {getattr(self, name)!r} is not a usable name (letters, digits, _)")
+        if self.tables == "catalog" and not self.schema:
+            raise SettingsError("schema: tables=catalog names tables <catalog>.<schema>.<table>; give a schema")
         if self.sample_scope not in ("window", "device"):
             raise SettingsError(f"sample_scope must be 'window' or 'device', not {self.sample_scope!r}")
         for name in (
@@ -146,10 +173,25 @@ class Settings:
                 )
 
     # ----------------------------------------------------------------- derived locations
+    def table_name(self, name: str) -> str | None:
+        """The table's catalog name (``catalog.schema.table``; ``schema.table`` in the current catalog when
+        ``catalog`` is empty), or None when tables are paths."""
+        self._known_table(name)
+        if self.tables == "paths":
+            return None
+        return ".".join(part for part in (self.catalog, self.schema, name) if part)
+
     def table_path(self, name: str) -> str:
+        """Where this project places the table's files: every table with ``tables=paths``, and locally with
+        ``tables=catalog`` (Spark's local catalog registers them there). On Databricks, Unity Catalog manages the
+        files of a named table."""
+        self._known_table(name)
+        return f"{self.base_path.rstrip('/')}/tables/{name}"
+
+    @staticmethod
+    def _known_table(name: str) -> None:
         if name not in TABLES:
             raise SettingsError(f"unknown table {name!r}; known: {', '.join(TABLES)}")
-        return f"{self.base_path.rstrip('/')}/tables/{name}"
 
     def checkpoint_path(self, query: str) -> str:
         return f"{self.base_path.rstrip('/')}/checkpoints/{self.query_name(query)}"

@@ -1,7 +1,9 @@
 """Delta tables through Delta Lake's Spark connector: the same calls locally and on Databricks.
 
-A micro-batch is appended exactly once with Delta's idempotent writes (``txnAppId`` = the writer,
-``txnVersion`` = the batch id): a batch replayed after a crash is recognised by Delta and skipped.
+Every function takes a :class:`~sensorcep.io.tables.Table` (a catalog name, a path, or both: see
+:mod:`sensorcep.io.tables`) or a path. A micro-batch is appended exactly once with Delta's idempotent writes
+(``txnAppId`` = the writer, ``txnVersion`` = the batch id): a batch replayed after a crash is recognised by Delta and
+skipped.
 """
 
 from __future__ import annotations
@@ -9,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
+
+from sensorcep.io import tables
+from sensorcep.io.tables import Table
 
 
 def write_batch(
-    df: DataFrame, path: str, app_id: str, batch_id: int, partition_by: Iterable[str] = (), cache: bool = True
+    df: DataFrame, table: Table | str, app_id: str, batch_id: int, partition_by: Iterable[str] = (), cache: bool = True
 ) -> bool:
     """Append one micro-batch exactly once. Returns False when there was nothing to write.
 
@@ -24,10 +29,11 @@ def write_batch(
     query has run, with or without rows. ``cache=False``: ``df`` is a projection of a batch the caller has
     cached and computed already (one copy of a large batch is enough).
     """
+    table = tables.as_table(table)
     cached = df.persist() if cache else df
     try:
         empty = cached.count() == 0 if cache else cached.isEmpty()  # count: every partition computed (and cached)
-        if empty and table_exists(path, cached.sparkSession):
+        if empty and table_exists(table, cached.sparkSession):
             return False
         writer = (
             cached.write.format("delta")
@@ -39,25 +45,25 @@ def write_batch(
         partition_by = list(partition_by)
         if partition_by:
             writer = writer.partitionBy(*partition_by)
-        writer.save(path)
+        _save(writer, table, cached.sparkSession)
         return True
     finally:
         if cache:
             cached.unpersist()
 
 
-def batch_writer(path: str, app_id: Callable[[], str], partition_by: Iterable[str] = ()):
-    """A ``foreachBatch`` function appending each micro-batch to ``path`` exactly once (``app_id()``: the writer's
+def batch_writer(table: Table | str, app_id: Callable[[], str], partition_by: Iterable[str] = ()):
+    """A ``foreachBatch`` function appending each micro-batch to ``table`` exactly once (``app_id()``: the writer's
     ``txnAppId``, asked at every batch, see ``streaming.writer_id``)."""
     partition_by = list(partition_by)
 
     def write(batch: DataFrame, batch_id: int) -> None:
-        write_batch(batch, path, app_id(), batch_id, partition_by)
+        write_batch(batch, table, app_id(), batch_id, partition_by)
 
     return write
 
 
-def write_table(df: DataFrame, path: str, mode: str = "append", partition_by: Iterable[str] = ()) -> None:
+def write_table(df: DataFrame, table: Table | str, mode: str = "append", partition_by: Iterable[str] = ()) -> None:
     """A plain (non-streaming) write, e.g. the devices dimension or tuning results."""
     writer = (
         df.write.format("delta").mode(mode).option("mergeSchema" if mode == "append" else "overwriteSchema", "true")
@@ -65,25 +71,52 @@ def write_table(df: DataFrame, path: str, mode: str = "append", partition_by: It
     partition_by = list(partition_by)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
-    writer.save(path)
+    _save(writer, tables.as_table(table), df.sparkSession)
 
 
-def table_exists(path: str, spark: SparkSession | None = None) -> bool:
-    """Whether ``path`` holds a Delta table (asked through a read, which classic and Spark Connect sessions both
-    answer; Delta's Python ``DeltaTable`` needs Delta Connect's server plugin under Connect)."""
+def _save(writer: DataFrameWriter, table: Table, spark: SparkSession) -> None:
+    if table.identifier is None:
+        writer.save(table.location)
+        return
+    tables.register(spark, table)
+    if table.location is not None:  # the local catalog: the files stay under base_path, whichever session creates them
+        writer = writer.option("path", table.location)
+    writer.saveAsTable(table.identifier)
+
+
+def table_exists(table: Table | str, spark: SparkSession | None = None) -> bool:
+    """Whether the Delta table exists (asked through the catalog, or for a path through a read: classic and Spark
+    Connect sessions both answer these; Delta's Python ``DeltaTable`` needs Delta Connect's server plugin)."""
+    table, spark = tables.as_table(table), spark or _spark()
+    if table.identifier is not None:
+        tables.register(spark, table)
+        return spark.catalog.tableExists(table.identifier)
     try:
-        _ = read_table(spark or _spark(), path).schema  # analysing the read is the question
+        _ = read_table(spark, table).schema  # analysing the read is the question
         return True
     except AnalysisException:
         return False
 
 
-def read_table(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
-    """The current (or a past) version of the Delta table at ``path``."""
+def read_table(spark: SparkSession, table: Table | str, version: int | None = None) -> DataFrame:
+    """The current (or a past) version of the Delta table."""
+    table = tables.as_table(table)
     reader = spark.read.format("delta")
     if version is not None:
         reader = reader.option("versionAsOf", version)
-    return reader.load(path)
+    if table.identifier is None:
+        return reader.load(table.location)
+    tables.register(spark, table)
+    return reader.table(table.identifier)
+
+
+def read_stream(spark: SparkSession, table: Table | str) -> DataFrame:
+    """The Delta table as a streaming source (each commit's new rows)."""
+    table = tables.as_table(table)
+    if table.identifier is None:
+        return spark.readStream.format("delta").load(table.location)
+    tables.register(spark, table)
+    return spark.readStream.table(table.identifier)
 
 
 def _spark() -> SparkSession:
@@ -92,22 +125,23 @@ def _spark() -> SparkSession:
     return get_spark()
 
 
-def merge_new_rows(df: DataFrame, path: str, key: str, partition_by: Iterable[str] = ()) -> bool:
+def merge_new_rows(df: DataFrame, table: Table | str, key: str, partition_by: Iterable[str] = ()) -> bool:
     """Insert the rows whose ``key`` the table does not hold yet (``MERGE ... WHEN NOT MATCHED THEN INSERT *``).
 
     Idempotent by itself: a replayed batch finds its rows and adds nothing. Creates the table on first use.
     Returns False when the batch was empty (no commit).
     """
+    table = tables.as_table(table)
     cached = df.persist()
     try:
         if cached.isEmpty():
             return False
         spark = cached.sparkSession
-        if not table_exists(path, spark):
-            write_table(cached.limit(0), path, "append", partition_by)
-        target = "delta.`" + path.replace("`", "``") + "`"
+        if not table_exists(table, spark):
+            write_table(cached.limit(0), table, "append", partition_by)
         spark.sql(
-            f"MERGE INTO {target} AS t USING {{rows}} AS s ON t.`{key}` = s.`{key}` WHEN NOT MATCHED THEN INSERT *",
+            f"MERGE INTO {table.sql_name} AS t USING {{rows}} AS s ON t.`{key}` = s.`{key}` "
+            "WHEN NOT MATCHED THEN INSERT *",
             rows=cached,
         )
         return True

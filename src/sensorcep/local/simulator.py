@@ -259,11 +259,12 @@ def devices_dimension(devices: int, seed: int) -> pd.DataFrame:
     )
 
 
-def write_devices_table(settings, devices: int, seed: int) -> str:
-    """Write (overwrite) the devices dimension Delta table."""
-    from sensorcep.io import delta
+def write_devices_table(settings, devices: int, seed: int):
+    """Write (overwrite) the devices dimension Delta table; returns it (a :class:`~sensorcep.io.tables.Table`)."""
+    from sensorcep.io import delta, tables
     from sensorcep.runtime import get_spark
 
-    path = settings.table_path("devices")
-    delta.write_table(get_spark().createDataFrame(devices_dimension(devices, seed)), path, mode="overwrite")
-    return path
+    rows = get_spark().createDataFrame(devices_dimension(devices, seed))
+    devices_table = tables.table(settings, "devices")
+    delta.write_table(rows, devices_table, mode="overwrite")
+    return devices_table

@@ -9,12 +9,12 @@ from sensorcep.settings import PROJECT_ROOT, TABLES, Settings
 
 
 def table_counts(spark, settings: Settings) -> dict[str, int | None]:
-    from sensorcep.io import delta
+    from sensorcep.io import delta, tables
 
     counts = {}
     for name in TABLES:
-        path = settings.table_path(name)
-        counts[name] = delta.read_table(spark, path).count() if delta.table_exists(path, spark) else None
+        table = tables.table(settings, name)
+        counts[name] = delta.read_table(spark, table).count() if delta.table_exists(table, spark) else None
     return counts
 
 

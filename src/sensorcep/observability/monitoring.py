@@ -17,6 +17,8 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql.streaming import StreamingQueryListener
 
+from sensorcep.io import tables
+from sensorcep.io.tables import Table
 from sensorcep.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -131,8 +133,8 @@ class DeltaProgressListener(StreamingQueryListener):
 
     def __init__(self, spark):
         self._spark = spark  # the session whose queries it hears and whose Delta writer it uses
-        self._routes: dict[str, str] = {}  # query name -> stream_progress path
-        self._buffers: dict[str, list[dict]] = {}  # path -> rows not yet written
+        self._routes: dict[str, Table] = {}  # query name -> its stream_progress table
+        self._buffers: dict[Table, list[dict]] = {}  # table -> rows not yet written
         self._lock = threading.Lock()
         self._terminated: dict[str, threading.Event] = {}
         self._wake = threading.Event()
@@ -145,9 +147,9 @@ class DeltaProgressListener(StreamingQueryListener):
             self._wake.clear()
             self.flush()
 
-    def route(self, query_name: str, path: str) -> None:
+    def route(self, query_name: str, table: Table) -> None:
         with self._lock:
-            self._routes[query_name] = path
+            self._routes[query_name] = table
 
     def onQueryStarted(self, event) -> None:
         self._terminated.setdefault(str(event.id), threading.Event())
@@ -155,10 +157,10 @@ class DeltaProgressListener(StreamingQueryListener):
     def onQueryProgress(self, event) -> None:
         progress = json.loads(event.progress.json)
         with self._lock:
-            path = self._routes.get(progress.get("name"))
-            if path is None:
+            table = self._routes.get(progress.get("name"))
+            if table is None:
                 return
-            buffer = self._buffers.setdefault(path, [])
+            buffer = self._buffers.setdefault(table, [])
             buffer.append(progress_row(progress))
             full = len(buffer) >= FLUSH_EVERY
         if full:
@@ -184,27 +186,27 @@ class DeltaProgressListener(StreamingQueryListener):
         with self._lock:
             buffers, self._buffers = self._buffers, {}
         written = 0
-        for path, rows in buffers.items():
+        for table, rows in buffers.items():
             if not rows:
                 continue
             try:
-                _append_progress(self._spark, path, rows)
+                _append_progress(self._spark, table, rows)
                 written += len(rows)
             except Exception:  # a monitoring failure must never take a query down
-                log.exception("could not write %d progress rows to %s", len(rows), path)
+                log.exception("could not write %d progress rows to %s", len(rows), table)
                 with self._lock:
-                    self._buffers[path] = rows + self._buffers.get(path, [])
+                    self._buffers[table] = rows + self._buffers.get(table, [])
         return written
 
     def wait_terminated(self, query_id: str, timeout: float = 30.0) -> bool:
         return self._terminated.setdefault(str(query_id), threading.Event()).wait(timeout)
 
 
-def _append_progress(spark, path: str, rows: list[dict]) -> None:
+def _append_progress(spark, table: Table, rows: list[dict]) -> None:
     from sensorcep.io import delta
 
-    table = pa.Table.from_pylist(rows, schema=PROGRESS_SCHEMA)
-    delta.write_table(spark.createDataFrame(table), path, mode="append", partition_by=["part_date"])
+    frame = pa.Table.from_pylist(rows, schema=PROGRESS_SCHEMA)
+    delta.write_table(spark.createDataFrame(frame), table, mode="append", partition_by=["part_date"])
 
 
 _listeners: dict[str, DeltaProgressListener] = {}
@@ -222,7 +224,7 @@ def ensure_progress_listener(spark, settings: Settings, query: str | None = None
         spark.streams.addListener(listener)
         _listeners[key] = listener
     if query is not None:
-        _listeners[key].route(settings.query_name(query), settings.table_path("stream_progress"))
+        _listeners[key].route(settings.query_name(query), tables.table(settings, "stream_progress"))
     return _listeners[key]
 
 
@@ -268,10 +270,10 @@ def read_progress(spark, settings: Settings):
 
     from sensorcep.io import delta
 
-    path = settings.table_path("stream_progress")
-    if not delta.table_exists(path):
+    progress = tables.table(settings, "stream_progress")
+    if not delta.table_exists(progress, spark):
         return PROGRESS_SCHEMA.empty_table().to_pandas()
-    frame = delta.read_table(spark, path).toPandas()
+    frame = delta.read_table(spark, progress).toPandas()
     return frame.sort_values(["query_name", "timestamp", "batch_id"]).reset_index(drop=True) if len(frame) else frame
 
 

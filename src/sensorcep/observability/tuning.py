@@ -529,16 +529,17 @@ NUMERIC = (
 )
 
 
-def save_results(spark, table: pd.DataFrame, settings: Settings) -> str:
-    """Append a result table to Delta ``tuning_results`` (run id, Spark version, platform included)."""
-    from sensorcep.io import delta
+def save_results(spark, table: pd.DataFrame, settings: Settings):
+    """Append a result table to Delta ``tuning_results`` (run id, Spark version, platform included); returns the
+    table (a :class:`~sensorcep.io.tables.Table`)."""
+    from sensorcep.io import delta, tables
 
     typed = table.astype({c: "float64" for c in NUMERIC if c in table}).astype(
         {c: "Int64" for c in ("batches", "input_rows", "state_rows_max", "output_rows") if c in table}
     )
-    path = settings.table_path("tuning_results")
-    delta.write_table(spark.createDataFrame(typed), path, mode="append")
-    return path
+    results = tables.table(settings, "tuning_results")
+    delta.write_table(spark.createDataFrame(typed), results, mode="append")
+    return results
 
 
 # ------------------------------------------------------------------------------ reading the table

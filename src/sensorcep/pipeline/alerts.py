@@ -23,7 +23,7 @@ import hashlib
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sensorcep.io import delta
+from sensorcep.io import delta, tables
 from sensorcep.io.kafka import read_kafka, sink_options, write_kafka
 from sensorcep.pipeline.streaming import materialized, query_conf, writer_id
 from sensorcep.settings import Settings
@@ -110,7 +110,7 @@ def merge_anomalies_batch(settings: Settings):
     The merge is idempotent by itself: a replayed batch or a re-sent alert finds its row and adds nothing (the
     first copy's ``detected_at`` stays).
     """
-    path = settings.table_path("anomalies")
+    anomalies = tables.table(settings, "anomalies")
 
     def write(batch: DataFrame, batch_id: int) -> None:
         rows = (
@@ -118,7 +118,7 @@ def merge_anomalies_batch(settings: Settings):
             .dropDuplicates(["alert_id"])
             .select(*ANOMALY_FIELDS, F.to_date("event_time").alias("part_date"))
         )
-        delta.merge_new_rows(rows, path, "alert_id", ["part_date"])
+        delta.merge_new_rows(rows, anomalies, "alert_id", ["part_date"])
 
     return write
 
@@ -184,7 +184,7 @@ def alert_latency(spark: SparkSession, settings: Settings, since=None):
     """``anomalies`` rows detected since ``since`` (all if None) with ``latency_s`` = detected_at - kafka_timestamp:
     from the event reaching Kafka to its alert reaching Kafka. Over a backlog that is the catch-up time; over live
     traffic, the alert path's end-to-end latency."""
-    rows = delta.read_table(spark, settings.table_path("anomalies")).select(
+    rows = delta.read_table(spark, tables.table(settings, "anomalies")).select(
         "alert_id", "kafka_timestamp", "detected_at"
     )
     if since is not None:
@@ -226,7 +226,7 @@ def escalation_stream(alerts: DataFrame, acks: DataFrame, settings: Settings) ->
 
 
 def write_escalations_batch(settings: Settings):
-    path = settings.table_path("alert_escalations")
+    escalations = tables.table(settings, "alert_escalations")
 
     def write(batch: DataFrame, batch_id: int) -> None:
         columns = batch.columns + ["part_date"]
@@ -240,7 +240,7 @@ def write_escalations_batch(settings: Settings):
             if settings.escalations_topic:
                 write_kafka(rows.select(["key", "value"]), settings, settings.escalations_topic)
             delta.write_batch(
-                rows.select(columns), path, writer_id(settings, ESCALATION_QUERY), batch_id, ["part_date"]
+                rows.select(columns), escalations, writer_id(settings, ESCALATION_QUERY), batch_id, ["part_date"]
             )
 
     return write

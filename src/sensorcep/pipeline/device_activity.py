@@ -142,11 +142,11 @@ QUERY = "device_activity"
 def start_device_activity(spark, settings: Settings, *, wait: bool = True, events: DataFrame | None = None):
     """Run (availableNow) or start the device activity query: events (default: ``bronze_events`` as a Delta stream)
     -> ``device_status``."""
-    from sensorcep.io import delta
+    from sensorcep.io import delta, tables
     from sensorcep.pipeline.ingest import bronze_event_stream
     from sensorcep.pipeline.streaming import run_available_now, start_query, writer_id
 
     events = events if events is not None else bronze_event_stream(spark, settings)
-    writer = delta.batch_writer(settings.table_path("device_status"), lambda: writer_id(settings, QUERY))
+    writer = delta.batch_writer(tables.table(settings, "device_status"), lambda: writer_id(settings, QUERY))
     runner = run_available_now if wait else start_query
     return runner(status_stream(events, settings), settings, QUERY, foreach_batch=writer, pool="sampling")

@@ -6,7 +6,7 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sensorcep.io import delta
+from sensorcep.io import delta, tables
 from sensorcep.io.kafka import read_kafka
 from sensorcep.pipeline.parsing import parse_events, quarantine_rows
 from sensorcep.pipeline.streaming import run_available_now, start_query, writer_id
@@ -64,11 +64,11 @@ def wait_for_bronze(spark: SparkSession, settings: Settings, timeout_s: float = 
     batch creates the table). Raises :class:`BronzeMissingError` after ``timeout_s``."""
     import time
 
-    path = settings.table_path("bronze_events")
+    bronze = tables.table(settings, "bronze_events")
     deadline = time.monotonic() + timeout_s
-    while not delta.table_exists(path, spark):  # polling a condition
+    while not delta.table_exists(bronze, spark):  # polling a condition
         if time.monotonic() > deadline:
-            raise BronzeMissingError(f"{path} did not appear within {timeout_s:.0f} s: is the ingest task running?")
+            raise BronzeMissingError(f"{bronze} did not appear within {timeout_s:.0f} s: is the ingest task running?")
         time.sleep(1.0)
 
 
@@ -78,16 +78,17 @@ def bronze_event_stream(spark: SparkSession, settings: Settings) -> DataFrame:
     The medallion: each Kafka record is parsed and deduplicated once, in 01; downstream reads the Delta table, so
     sampling can be replayed or backfilled from bronze long after Kafka's retention dropped the records.
     """
-    path = settings.table_path("bronze_events")
-    if not delta.table_exists(path, spark):
+    bronze = tables.table(settings, "bronze_events")
+    if not delta.table_exists(bronze, spark):
         raise BronzeMissingError(
-            f"{path} does not exist yet: 02 reads bronze_events, which 01 ingest writes; run 01 (the ingest task) first"
+            f"{bronze} does not exist yet: 02 reads bronze_events, which 01 ingest writes; "
+            "run 01 (the ingest task) first"
         )
-    return spark.readStream.format("delta").load(path).select(*EVENT_FIELDS)
+    return delta.read_stream(spark, bronze).select(*EVENT_FIELDS)
 
 
 def write_ingest_batch(settings: Settings, extra_columns: list[str]):
-    bronze_path, quarantine_path = settings.table_path("bronze_events"), settings.table_path("quarantine_events")
+    bronze, quarantine = tables.table(settings, "bronze_events"), tables.table(settings, "quarantine_events")
 
     def write(batch: DataFrame, batch_id: int) -> None:
         batch = batch.withColumn("ingest_time", F.current_timestamp()).persist()
@@ -100,16 +101,14 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
                 "ingest_time",
                 F.to_date("event_time").alias("part_date"),
             )
-            delta.write_batch(
-                good, bronze_path, writer_id(settings, QUERY, "bronze"), batch_id, ["part_date"], cache=False
-            )
+            delta.write_batch(good, bronze, writer_id(settings, QUERY, "bronze"), batch_id, ["part_date"], cache=False)
             bad = quarantine_rows(
                 batch.where(F.col("reason").isNotNull())
                 .withColumnRenamed("raw_value", "value")
                 .withColumn("key", F.lit(None).cast("binary"))
             )
             delta.write_batch(
-                bad, quarantine_path, writer_id(settings, QUERY, "quarantine"), batch_id, ["part_date"], cache=False
+                bad, quarantine, writer_id(settings, QUERY, "quarantine"), batch_id, ["part_date"], cache=False
             )
         finally:
             batch.unpersist()
@@ -119,16 +118,16 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
 
 def quarantine_reasons(spark: SparkSession, settings: Settings) -> pd.DataFrame:
     """``quarantine_events`` by reason, most frequent first (unparseable times grouped under one reason)."""
-    path = settings.table_path("quarantine_events")
-    if not delta.table_exists(path, spark):
+    quarantine = tables.table(settings, "quarantine_events")
+    if not delta.table_exists(quarantine, spark):
         return pd.DataFrame({"reason": pd.Series([], dtype=object), "count": pd.Series([], dtype="int64")})
     reason = F.regexp_replace("reason", r"^unparseable event_time .*", "unparseable event_time").alias("reason")
-    return delta.read_table(spark, path).groupBy(reason).count().orderBy(F.desc("count"), "reason").toPandas()
+    return delta.read_table(spark, quarantine).groupBy(reason).count().orderBy(F.desc("count"), "reason").toPandas()
 
 
 def load_devices(spark: SparkSession, settings: Settings) -> DataFrame | None:
-    path = settings.table_path("devices")
-    return delta.read_table(spark, path) if delta.table_exists(path) else None
+    devices = tables.table(settings, "devices")
+    return delta.read_table(spark, devices) if delta.table_exists(devices, spark) else None
 
 
 def start_ingest(spark: SparkSession, settings: Settings, *, wait: bool = True):

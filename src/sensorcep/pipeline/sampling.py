@@ -259,13 +259,13 @@ def start_sampling(spark, settings: Settings, *, wait: bool = True, events: Data
     ``events`` defaults to ``bronze_events`` as a Delta stream (parsed and deduplicated once, by 01); tests pass a
     controlled stream.
     """
-    from sensorcep.io import delta
+    from sensorcep.io import delta, tables
     from sensorcep.pipeline.ingest import bronze_event_stream
     from sensorcep.pipeline.streaming import query_conf, run_available_now, start_query, writer_id
 
     events = events if events is not None else bronze_event_stream(spark, settings)
     writer = delta.batch_writer(
-        settings.table_path("sensor_samples"), lambda: writer_id(settings, QUERY), ["part_date"]
+        tables.table(settings, "sensor_samples"), lambda: writer_id(settings, QUERY), ["part_date"]
     )
     runner = run_available_now if wait else start_query
     with query_conf(spark, state_partitions(spark, settings)):

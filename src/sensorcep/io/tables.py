@@ -1,0 +1,116 @@
+"""The tables registry: which Delta table a pipeline table's name means, and (locally) making the catalog know it.
+
+``Settings.tables`` chooses one of two ways to address the tables, the same in every notebook and job:
+
+* ``catalog`` (the default): catalog names, ``<catalog>.<schema>.<table>``.
+
+  * On Databricks these are Unity Catalog managed tables in the bundle's schema (in dev ``dev_<user>_sensor_cep``).
+  * Locally they are names in Spark's session catalog. That catalog lives in memory, one per Spark application,
+    and each notebook kernel starts its own. So the first time a session uses a table, :func:`register` names it
+    at its files under ``<base_path>/tables/<name>``, and a new table is created there. Every session then sees the
+    same tables under the same names, and ``spark.table("sensor_cep.bronze_events")`` works in any notebook.
+
+* ``paths``: Delta tables by path, ``<base_path>/tables/<name>``; no catalog involved.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+
+from sensorcep import runtime
+from sensorcep.settings import Settings
+
+
+@dataclass(frozen=True)
+class Table:
+    """One Delta table: its catalog name, or its path, or both (a name in the local catalog, at a path)."""
+
+    name: str
+    identifier: str | None  # the catalog name; None: a table by path
+    location: str | None  # where this project keeps the files; None: Unity Catalog manages them
+
+    def __str__(self) -> str:
+        return self.identifier or f"delta.`{self.location}`"
+
+    @property
+    def sql_name(self) -> str:
+        """The table in a SQL statement: its name, or ``delta.`<path>```."""
+        return self.identifier or "delta.`" + str(self.location).replace("`", "``") + "`"
+
+
+class TableLocationError(RuntimeError):
+    """A name the local catalog already gives to other files than ``base_path`` says."""
+
+
+def table(settings: Settings, name: str) -> Table:
+    """The pipeline table ``name`` as ``settings`` address it (see the module docstring)."""
+    identifier = settings.table_name(name)
+    location = None if identifier and runtime.is_databricks() else settings.table_path(name)
+    return Table(name, identifier, location)
+
+
+def as_table(ref: Table | str) -> Table:
+    """A :class:`Table`, or a Delta table by path (scratch tables, tests)."""
+    if isinstance(ref, Table):
+        return ref
+    path = str(ref)
+    return Table(os.path.basename(path.rstrip("/")), None, path)
+
+
+_registered: set[tuple[str, str, str]] = set()
+_lock = threading.Lock()
+
+
+def register(spark: SparkSession, table: Table) -> None:
+    """Locally, for a table with a catalog name: make the session's catalog know it at its files.
+
+    * If the catalog already has the name, it must point at ``table.location``. Otherwise this raises
+      :class:`TableLocationError`: another ``base_path`` registered the name first, in the same Spark application.
+    * If the files hold a Delta table, the name is registered there.
+    * Otherwise nothing exists yet. The schema is created and the first write creates the table at its location.
+
+    Asked once per session and table. A no-op for tables by path and for Unity Catalog tables.
+    """
+    if table.identifier is None or table.location is None:
+        return
+    key = (runtime.session_key(spark), table.identifier, table.location)
+    if key in _registered:
+        return
+    with _lock:
+        if key in _registered:
+            return
+        if spark.catalog.tableExists(table.identifier):
+            registered = spark.sql(f"DESCRIBE DETAIL {table.identifier}").first()["location"]
+            if _local_path(registered) != _local_path(table.location):
+                raise TableLocationError(
+                    f"{table.identifier} is registered at {registered}, but base_path puts it at {table.location}: "
+                    "give this base_path a schema of its own (setting `schema`)"
+                )
+        else:
+            schema = table.identifier.rsplit(".", 1)[0]
+            folder = os.path.dirname(table.location.rstrip("/")).replace("'", "\\'")
+            spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema} LOCATION '{folder}'")
+            if not _holds_delta_table(spark, table.location):
+                return  # the first write creates the table at its location (and the next call registers it)
+            location = table.location.replace("'", "\\'")
+            spark.sql(f"CREATE TABLE IF NOT EXISTS {table.identifier} USING delta LOCATION '{location}'")
+        _registered.add(key)
+
+
+def _holds_delta_table(spark: SparkSession, location: str) -> bool:
+    try:
+        _ = spark.read.format("delta").load(location).schema  # analysing the read is the question
+        return True
+    except AnalysisException:
+        return False
+
+
+def _local_path(location: str) -> str:
+    path = urlparse(location).path if location.startswith("file:") else location
+    return os.path.realpath(path.rstrip("/"))
