@@ -12,6 +12,8 @@ import nbformat
 import pytest
 import yaml
 from databricks.bundles.jobs import Job
+from databricks.bundles.schemas import Schema
+from databricks.bundles.volumes import Volume
 
 from sensorcep.local import jobs
 from sensorcep.settings import PROJECT_ROOT, parameter_names
@@ -236,6 +238,17 @@ def test_resolved_bundle_is_deployable_offline_checks(target):
     volume = resources["volumes"]["sensor_cep_data"]
     assert (schema["catalog_name"], schema["name"]) == ("main", "sensor_cep")
     assert volume["schema_name"] == "${resources.schemas.sensor_cep.name}" and volume["volume_type"] == "MANAGED"
+    Schema.from_dict(schema), Volume.from_dict(volume)
+    if target == "prod":  # the jobs' identity may create and write the tables, and keep checkpoints on the volume
+        principal = ROOT_YAML["variables"]["service_principal_id"]["default"]
+        assert schema["grants"] == [
+            {"principal": principal, "privileges": ["USE_SCHEMA", "CREATE_TABLE", "SELECT", "MODIFY"]}
+        ]
+        assert volume["grants"] == [{"principal": principal, "privileges": ["READ_VOLUME", "WRITE_VOLUME"]}]
+    for job in resources["jobs"].values():  # tables by Unity Catalog name, in the schema the bundle deploys
+        names = {p["name"]: p["default"] for p in job["parameters"]}
+        assert (names["catalog"], names["schema"]) == ("main", "${resources.schemas.sensor_cep.name}")
+        assert names["tables"] == "catalog"
     pipeline = resources["jobs"][jobs.JOB_KEY]
     assert {"name": "job_id", "default": "{{job.id}}"} in pipeline["parameters"]
     assert "job_id" in _widgets_read(PROJECT_ROOT / "notebooks" / "05_monitoring.ipynb")

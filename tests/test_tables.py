@@ -25,6 +25,12 @@ def test_a_named_table_is_found_by_its_name_in_a_session_whose_catalog_never_hea
     assert spark.table(table.identifier).count() == 3
     assert spark.catalog.getTable(table.identifier).tableType == "EXTERNAL"
 
+    spark.sql(f"DROP TABLE {table.identifier}")
+    tables._registered.clear()
+    tables.register_all(spark, settings)  # every table with files, at once: for SQL in a fresh notebook
+    assert spark.sql(f"SELECT count(*) FROM {table.identifier}").first()[0] == 3
+    assert not spark.catalog.tableExists(f"{settings.schema}.anomalies")  # no files, no name
+
 
 def test_a_name_registered_at_other_files_is_a_clear_error(spark, settings, tmp_path):
     delta.write_table(_rows(spark, 1), tables.table(settings, "devices"))

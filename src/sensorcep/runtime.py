@@ -40,6 +40,13 @@ def rocksdb_provider() -> str:
     return DATABRICKS_ROCKSDB_PROVIDER if is_databricks() else OSS_ROCKSDB_PROVIDER
 
 
+def catalog_keeps_tables() -> bool:
+    """Whether the session's catalog lasts and places its tables' files itself: Unity Catalog (or the workspace's
+    metastore) on Databricks. A local session's catalog lives in memory, one per Spark application: there the project
+    keeps the files under ``base_path`` and names them in each session (:mod:`sensorcep.io.tables`)."""
+    return is_databricks()
+
+
 #: task slots beyond the cores: a real-time-mode query holds one slot per source partition for as long as it
 #: runs, and the micro-batch queries beside it still need slots (``SENSORCEP_EXTRA_TASK_SLOTS``)
 EXTRA_TASK_SLOTS = 4

@@ -75,13 +75,14 @@ def write_table(df: DataFrame, table: Table | str, mode: str = "append", partiti
 
 
 def _save(writer: DataFrameWriter, table: Table, spark: SparkSession) -> None:
-    if table.identifier is None:
-        writer.save(table.location)
+    if table.location is None:  # Unity Catalog places a named table's files
+        writer.saveAsTable(table.identifier)
         return
+    # the files are ours to place (paths, or the local catalog): an append to the location, then the name, if any,
+    # registered there under the registry's lock. A create-table-as-select by name would race the registry's own
+    # CREATE TABLE in another thread, and would refuse a folder a crashed first write left without a Delta log.
+    writer.save(table.location)
     tables.register(spark, table)
-    if table.location is not None:  # the local catalog: the files stay under base_path, whichever session creates them
-        writer = writer.option("path", table.location)
-    writer.saveAsTable(table.identifier)
 
 
 def table_exists(table: Table | str, spark: SparkSession | None = None) -> bool:

@@ -8,7 +8,8 @@
   * Locally they are names in Spark's session catalog. That catalog lives in memory, one per Spark application,
     and each notebook kernel starts its own. So the first time a session uses a table, :func:`register` names it
     at its files under ``<base_path>/tables/<name>``, and a new table is created there. Every session then sees the
-    same tables under the same names, and ``spark.table("sensor_cep.bronze_events")`` works in any notebook.
+    same tables under the same names. :func:`register_all` names every table at once, e.g. for SQL in a fresh
+    notebook: ``spark.table("sensor_cep.bronze_events")``.
 
 * ``paths``: Delta tables by path, ``<base_path>/tables/<name>``; no catalog involved.
 """
@@ -24,7 +25,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from sensorcep import runtime
-from sensorcep.settings import Settings
+from sensorcep.settings import TABLES, Settings
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class TableLocationError(RuntimeError):
 def table(settings: Settings, name: str) -> Table:
     """The pipeline table ``name`` as ``settings`` address it (see the module docstring)."""
     identifier = settings.table_name(name)
-    location = None if identifier and runtime.is_databricks() else settings.table_path(name)
+    location = None if identifier and runtime.catalog_keeps_tables() else settings.table_path(name)
     return Table(name, identifier, location)
 
 
@@ -73,7 +74,8 @@ def register(spark: SparkSession, table: Table) -> None:
     * If the catalog already has the name, it must point at ``table.location``. Otherwise this raises
       :class:`TableLocationError`: another ``base_path`` registered the name first, in the same Spark application.
     * If the files hold a Delta table, the name is registered there.
-    * Otherwise nothing exists yet. The schema is created and the first write creates the table at its location.
+    * Otherwise nothing exists yet. The schema is created; the first write creates the table at its location and
+      calls this again.
 
     Asked once per session and table. A no-op for tables by path and for Unity Catalog tables.
     """
@@ -97,10 +99,18 @@ def register(spark: SparkSession, table: Table) -> None:
             folder = os.path.dirname(table.location.rstrip("/")).replace("'", "\\'")
             spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema} LOCATION '{folder}'")
             if not _holds_delta_table(spark, table.location):
-                return  # the first write creates the table at its location (and the next call registers it)
+                return  # the first write creates the table at its location, then calls this again
             location = table.location.replace("'", "\\'")
             spark.sql(f"CREATE TABLE IF NOT EXISTS {table.identifier} USING delta LOCATION '{location}'")
         _registered.add(key)
+
+
+def register_all(spark: SparkSession, settings: Settings) -> list[Table]:
+    """Name every pipeline table that exists (locally; a no-op elsewhere) and return them all."""
+    found = [table(settings, name) for name in TABLES]
+    for each in found:
+        register(spark, each)
+    return found
 
 
 def _holds_delta_table(spark: SparkSession, location: str) -> bool:

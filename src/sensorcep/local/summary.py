@@ -19,12 +19,13 @@ def table_counts(spark, settings: Settings) -> dict[str, int | None]:
 
 
 def print_summary(settings: Settings, runs_dir: Path | None = None) -> None:
+    from sensorcep.io import tables
     from sensorcep.runtime import get_spark
 
     spark = get_spark()
-    print(f"\nDelta tables under {settings.base_path}/tables")
+    print(f"\nDelta tables (files under {settings.base_path}/tables)")
     for name, count in table_counts(spark, settings).items():
-        print(f"  {name:<20} {'-' if count is None else f'{count:,}':>12}")
+        print(f"  {str(tables.table(settings, name)):<40} {'-' if count is None else f'{count:,}':>12}")
     reasons = quarantine_reasons(spark, settings)
     if len(reasons):
         print("quarantined records by reason")
