@@ -8,7 +8,8 @@ a value that names workspace resources (``${resources...}``, ``${workspace...}``
 dynamic values are empty; ``--param x=value`` overrides any of them.
 
 * the pipeline and tuning jobs (notebook tasks): tasks run in ``depends_on`` order with their job's
-  parameters; each executed notebook is saved with its outputs under ``runs/<stamp>/``;
+  parameters; each executed notebook is saved with its outputs under ``runs/<stamp>/``, beside ``<task>.log``
+  with its kernel's console output (Spark's and its Python workers' lines, as a Databricks driver log has them);
 * the always-on job (python_wheel_task tasks calling the ``sensorcep-stream`` entry point): every task's
   queries start in this one Spark application and run until Ctrl-C, ``minutes`` or a stop condition, with a
   live line per query; then they are stopped cleanly and resume from their checkpoints next time.
@@ -158,16 +159,17 @@ def run(
         client = NotebookClient(
             nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(task.notebook.parent)}}
         )
-        saved = out_dir / task.notebook.name
+        saved, log = out_dir / task.notebook.name, out_dir / f"{task.key}.log"
         try:
-            client.execute()
+            with log.open("w") as kernel_output:  # the kernel's, Spark's and its Python workers' console output
+                client.execute(stdout=kernel_output, stderr=kernel_output)
         except CellExecutionError as exc:
             nbformat.write(nb, saved)
-            raise JobError(f"task {task.key} failed (notebook with outputs: {saved}):\n{exc}") from None
+            raise JobError(f"task {task.key} failed (notebook with outputs: {saved}; console: {log}):\n{exc}") from None
         finally:
             os.environ.pop(PARAMS_ENV, None)
         nbformat.write(nb, saved)
-        print(f"✔ {task.key} in {time.monotonic() - started:.1f} s -> {saved}", flush=True)
+        print(f"✔ {task.key} in {time.monotonic() - started:.1f} s -> {saved} (console: {log.name})", flush=True)
     return out_dir
 
 
