@@ -132,13 +132,14 @@ def run(
     runs_dir: Path | None = None,
     timeout: int = 1800,
     job_key: str = JOB_KEY,
+    bundle_dir: Path = BUNDLE_DIR,
 ) -> Path:
     """Execute the (selected) tasks in order; returns the folder holding the executed notebooks."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    all_tasks = tasks(job_key, params=params)
+    all_tasks = tasks(job_key, params=params, bundle_dir=bundle_dir)
     if any(t.notebook is None for t in all_tasks):
         raise JobError(f"job {job_key!r} runs streaming tasks: run it with run_always_on (--job {job_key})")
     if selected:

@@ -1,0 +1,56 @@
+"""The local job runner's notebook tasks: what it saves, and what a failing cell tells its user."""
+
+import nbformat
+import pytest
+
+from sensorcep.local import jobs
+
+JOB = """
+resources:
+  jobs:
+    tiny:
+      parameters:
+        - name: events_topic
+          default: tiny-events
+      tasks:
+        - task_key: first
+          notebook_task: {notebook_path: ../notebooks/first.ipynb}
+        - task_key: second
+          depends_on: [{task_key: first}]
+          notebook_task: {notebook_path: ../notebooks/second.ipynb}
+"""
+
+
+def _notebook(path, *cells):
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    (tmp_path / "databricks.yml").write_text("bundle:\n  name: tiny\n")
+    (tmp_path / "bundles").mkdir()
+    (tmp_path / "bundles" / "tiny.job.yml").write_text(JOB)
+    (tmp_path / "notebooks").mkdir()
+    return tmp_path
+
+
+def test_each_notebook_is_saved_with_its_outputs_and_its_console_beside_it(bundle, tmp_path):
+    console = "import subprocess; subprocess.run(['sh', '-c', 'echo a JVM would say this >&2'])"
+    params = "from sensorcep.runtime import get_dbutils; print(get_dbutils().widgets.get('events_topic'))"
+    _notebook(bundle / "notebooks" / "first.ipynb", console, params)
+    _notebook(bundle / "notebooks" / "second.ipynb", "print('second ran')")
+    out = jobs.run(job_key="tiny", bundle_dir=bundle / "bundles", runs_dir=tmp_path / "runs", timeout=120)
+    first = nbformat.read(out / "first.ipynb", as_version=4)
+    assert first.cells[1].outputs[0]["text"] == "tiny-events\n"  # the job's parameter reached the notebook
+    assert "a JVM would say this" in (out / "first.log").read_text()  # the console: in the log, not the terminal
+    assert nbformat.read(out / "second.ipynb", as_version=4).cells[0].outputs[0]["text"] == "second ran\n"
+
+
+def test_a_failing_cell_stops_the_job_and_names_the_saved_notebook_and_console(bundle, tmp_path):
+    _notebook(bundle / "notebooks" / "first.ipynb", "raise ValueError('no such device')")
+    _notebook(bundle / "notebooks" / "second.ipynb", "print('never')")
+    with pytest.raises(
+        jobs.JobError, match=r"task first failed \(notebook with outputs: .*first.ipynb; console: .*first.log\)"
+    ):
+        jobs.run(job_key="tiny", bundle_dir=bundle / "bundles", runs_dir=tmp_path / "runs", timeout=120)
+    assert (tmp_path / "runs" / "first.ipynb").exists() and not (tmp_path / "runs" / "second.ipynb").exists()
