@@ -32,20 +32,8 @@ def main() -> None:
     if args.save:
         print("saved to", tuning.save_results(spark, table, settings))
     pd.set_option("display.width", 200)
-    columns = [
-        "query",
-        "preset",
-        "events_per_s",
-        "batch_p50_ms",
-        "batch_p95_ms",
-        "batch_max_ms",
-        "commit_p50_ms",
-        "commit_p95_ms",
-        "state_rows_max",
-        "state_memory_mb_max",
-    ]
     print()
-    print(table[columns].round(1).to_string(index=False))
+    print(table[tuning.SUMMARY_COLUMNS].round(1).to_string(index=False))
     print("\np95 commit time ratios (same run):")
     for query in ("sampling", "window_counts"):
         rows = table[table["query"] == query].set_index("preset")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
 from sensorcep.io import tables
@@ -86,17 +85,12 @@ def _save(writer: DataFrameWriter, table: Table, spark: SparkSession) -> None:
 
 
 def table_exists(table: Table | str, spark: SparkSession | None = None) -> bool:
-    """Whether the Delta table exists (asked through the catalog, or for a path through a read: classic and Spark
-    Connect sessions both answer these; Delta's Python ``DeltaTable`` needs Delta Connect's server plugin)."""
+    """Whether the Delta table exists (asked of the catalog, or for a path of the files)."""
     table, spark = tables.as_table(table), spark or _spark()
     if table.identifier is not None:
         tables.register(spark, table)
         return spark.catalog.tableExists(table.identifier)
-    try:
-        _ = read_table(spark, table).schema  # analysing the read is the question
-        return True
-    except AnalysisException:
-        return False
+    return tables.holds_delta_table(spark, table.location)
 
 
 def read_table(spark: SparkSession, table: Table | str, version: int | None = None) -> DataFrame:

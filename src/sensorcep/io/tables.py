@@ -98,7 +98,7 @@ def register(spark: SparkSession, table: Table) -> None:
             schema = table.identifier.rsplit(".", 1)[0]
             folder = os.path.dirname(table.location.rstrip("/")).replace("'", "\\'")
             spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema} LOCATION '{folder}'")
-            if not _holds_delta_table(spark, table.location):
+            if not holds_delta_table(spark, table.location):
                 return  # the first write creates the table at its location, then calls this again
             location = table.location.replace("'", "\\'")
             spark.sql(f"CREATE TABLE IF NOT EXISTS {table.identifier} USING delta LOCATION '{location}'")
@@ -113,7 +113,9 @@ def register_all(spark: SparkSession, settings: Settings) -> list[Table]:
     return found
 
 
-def _holds_delta_table(spark: SparkSession, location: str) -> bool:
+def holds_delta_table(spark: SparkSession, location: str) -> bool:
+    """Whether ``location`` holds a Delta table (asked through a read, which classic and Spark Connect sessions both
+    answer; Delta's Python ``DeltaTable`` needs Delta Connect's server plugin under Connect)."""
     try:
         _ = spark.read.format("delta").load(location).schema  # analysing the read is the question
         return True

@@ -517,16 +517,22 @@ def print_progress_line(row: dict) -> None:
     )
 
 
-NUMERIC = (
+#: the columns a reader compares configurations by (04's table, benchmarks/state_tuning.py)
+SUMMARY_COLUMNS = [
+    "query",
+    "preset",
     "events_per_s",
     "batch_p50_ms",
     "batch_p95_ms",
     "batch_max_ms",
     "commit_p50_ms",
     "commit_p95_ms",
+    "state_rows_max",
     "state_memory_mb_max",
-    "wall_s",
-)
+]
+
+#: the float columns: the rates and times of the summary, memory, wall time
+NUMERIC = (*SUMMARY_COLUMNS[2:8], "state_memory_mb_max", "wall_s")
 
 
 def save_results(spark, table: pd.DataFrame, settings: Settings):

@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from sensorcep.settings import Settings, parse_duration
 
 EVENT_COLUMNS = ["device_id", "sensor_freq", "event_time"]
+KAFKA_COORDINATES = ["topic", "partition", "offset", "kafka_timestamp"]
 INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 NUMBER_PREFIXES = ("TINYINT", "SMALLINT", "INT", "BIGINT", "DECIMAL", "DOUBLE", "FLOAT")
 
@@ -117,20 +118,14 @@ def parse_events(raw: DataFrame, settings: Settings) -> DataFrame:
         F.when(F.col("_ok"), F.lit(None).cast("string")).otherwise(slow_reason).alias("reason"),
         "key",
         "value",
-        "topic",
-        "partition",
-        "offset",
-        "kafka_timestamp",
+        *KAFKA_COORDINATES,
         *extras,
     ).select(  # rejected rows carry no half-parsed fields
         *[F.when(F.col("reason").isNull(), F.col(c)).alias(c) for c in EVENT_COLUMNS + settings.extra_field_names],
         "reason",
         "key",
         "value",
-        "topic",
-        "partition",
-        "offset",
-        "kafka_timestamp",
+        *KAFKA_COORDINATES,
     )
 
 
@@ -139,10 +134,7 @@ def quarantine_rows(parsed: DataFrame) -> DataFrame:
     return parsed.where(F.col("reason").isNotNull()).select(
         "key",
         F.col("value").alias("raw_value"),
-        "topic",
-        "partition",
-        "offset",
-        "kafka_timestamp",
+        *KAFKA_COORDINATES,
         "reason",
         F.current_timestamp().alias("quarantined_at"),
         F.to_date("kafka_timestamp").alias("part_date"),
