@@ -1,7 +1,7 @@
 # sensor-cep: two commands from a fresh clone.
 #   make demo   venv + JVM jars + local Kafka broker + simulated events + the pipeline job, then a summary
 #   make test   venv + JVM jars + ruff (lint, format) + the whole test suite (unit, integration with the real broker,
-#               Spark Connect, notebooks)
+#               Spark Connect, notebooks); make unit: only the tests that need no JVM or broker
 # Prerequisites: Python 3.10+, Java 17, Maven 3.8+ (fetches the jars pinned in jvm/pom.xml once, into .jars/)
 PYTHON ?= python3
 VENV   := .venv
@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EVENTS ?= 200000
 
-.PHONY: venv jars demo test lint lab up broker-up broker-down bench clean check-java
+.PHONY: venv jars demo test unit lint lab up broker-up broker-down bench clean check-java
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ is required")'
@@ -41,6 +41,9 @@ demo: jars broker-up
 
 test: jars lint
 	$(PY) -m pytest
+
+unit: venv  # the inner loop: tests that need no JVM and no broker, in seconds
+	$(PY) -m pytest -m "not integration" tests
 
 lint: venv  # ruff: lint and format, as configured in pyproject.toml
 	$(VENV)/bin/ruff check .

@@ -30,6 +30,7 @@ import numpy as np
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from sensorcep.local import broker
+from sensorcep.observability.monitoring import stop_session
 from sensorcep.pipeline import alerts, sampling
 from sensorcep.pipeline.ingest import valid_event_stream
 from sensorcep.runtime import get_spark
@@ -273,4 +274,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    get_spark().stop()
+    stop_session(get_spark())  # every progress row written before the session goes

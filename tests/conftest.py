@@ -15,15 +15,33 @@ from pathlib import Path
 
 import pytest
 
-TEST_BROKER = "127.0.0.1:19092"
-CONNECT_PORT = 19002  # the test session also serves Spark Connect (test_connect.py)
+#: ports of this test session's broker and Spark Connect server (test_connect.py); another port pair lets two
+#: test sessions run side by side on one machine
+TEST_BROKER = os.environ.get("SENSORCEP_TEST_BROKER", "127.0.0.1:19092")
+CONNECT_PORT = int(os.environ.get("SENSORCEP_TEST_CONNECT_PORT", "19002"))
 SESSION_DIR = Path(tempfile.mkdtemp(prefix="sensorcep-tests-"))
 NOTEBOOK_START = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
 
 
-def pytest_sessionstart(session):
-    from sensorcep.local import broker, simulator
+#: fixtures that need the JVM (and with it the broker): a test asking for one is an integration test
+JVM_FIXTURES = {"spark", "bootstrap", "settings"}
 
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that needs Spark or the broker (a notebook, or a test asking for a JVM fixture) as
+    ``integration``: ``pytest -m "not integration"`` (``make unit``) runs the rest in seconds, with no JVM."""
+    for item in items:
+        if JVM_FIXTURES & set(getattr(item, "fixturenames", ())) or item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.integration)
+
+
+def pytest_collection_finish(session):
+    """Start the broker (and give the notebooks their data) only when a selected test needs it."""
+    if any(item.get_closest_marker("integration") for item in session.items):
+        _start_broker()
+
+
+def pytest_sessionstart(session):
     os.environ.update(
         {
             "SENSORCEP_KAFKA_BOOTSTRAP_SERVERS": TEST_BROKER,
@@ -38,6 +56,11 @@ def pytest_sessionstart(session):
             "SENSORCEP_RUN_DIR": str(SESSION_DIR / "run"),  # where notebooks save their plots (not the source tree)
         }
     )
+
+
+def _start_broker():
+    from sensorcep.local import broker, simulator
+
     broker.up(TEST_BROKER, SESSION_DIR / "broker")
     broker.create_topics(TEST_BROKER, ["nb-sensor-events", "nb-sensor-alerts", "nb-sensor-alert-acks"])
     sim = simulator.generate(
@@ -50,7 +73,8 @@ def pytest_sessionstart(session):
 def pytest_sessionfinish(session, exitstatus):
     from sensorcep.local import broker
 
-    broker.down(SESSION_DIR / "broker")
+    if (SESSION_DIR / "broker").exists():
+        broker.down(SESSION_DIR / "broker")
 
 
 @pytest.fixture(scope="session")

@@ -40,6 +40,18 @@ def accepted_events(batches: list[pd.DataFrame], delay_ms: int) -> pd.DataFrame:
     return pd.concat(kept, ignore_index=True) if kept else pd.DataFrame()
 
 
+def late_events(batches: list[pd.DataFrame], delay_ms: int) -> list[tuple]:
+    """The rows a stateful operator drops as too late: (device_id, sensor_freq, event_time_us, watermark_ms)."""
+    marks = watermarks(batches, delay_ms)
+    late = []
+    for k, batch in enumerate(batches):
+        late_mark = marks[k - 1] if k > 0 else 0
+        for device, freq, t in batch[["device_id", "sensor_freq", "event_time_us"]].itertuples(index=False):
+            if t <= late_mark * 1000:
+                late.append((device, float(freq), int(t), late_mark))
+    return sorted(late)
+
+
 def reference_samples(
     batches: list[pd.DataFrame],
     window_s: int,

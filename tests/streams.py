@@ -75,6 +75,22 @@ def sample_rows(settings) -> list[tuple]:
     )
 
 
+def late_rows(settings, query: str) -> list[tuple]:
+    """``late_events`` of one query as (device_id, sensor_freq, event_time_us, watermark_ms), the oracle's units."""
+    from sensorcep.io import delta
+    from sensorcep.runtime import get_spark
+
+    path = settings.table_path("late_events")
+    if not delta.table_exists(path, get_spark()):
+        return []
+    table = delta_frame(path)
+    table = table[table["query"] == settings.query_name(query)]
+    us = lambda t: pd.Timestamp(t).value // 1000  # noqa: E731
+    rows = [(r.device_id, float(r.sensor_freq), us(r.event_time), us(r.watermark) // 1000) for r in table.itertuples()]
+    assert all(table.late_by_s >= 0), "a late event is at or before the watermark it missed"
+    return sorted(rows)
+
+
 def oracle_rows(frame: pd.DataFrame) -> list[tuple]:
     return sorted(
         (

@@ -6,7 +6,9 @@ way `bundle deploy` does, for the points that can be checked without a workspace
 """
 
 import ast
+import inspect
 import json
+import re
 
 import nbformat
 import pytest
@@ -16,6 +18,7 @@ from databricks.bundles.schemas import Schema
 from databricks.bundles.volumes import Volume
 
 from sensorcep.local import jobs
+from sensorcep.pipeline import always_on
 from sensorcep.settings import PROJECT_ROOT, parameter_names
 
 ROOT_YAML = yaml.safe_load((PROJECT_ROOT / "databricks.yml").read_text())
@@ -49,9 +52,14 @@ def _merge(base, override):
     return override
 
 
-def resolved(target: str) -> dict:
+#: what a deployer passes for the variables without a default (--var / BUNDLE_VAR_*)
+GIVEN = {"catalog": "main"}
+
+
+def resolved(target: str, given: dict | None = None) -> dict:
     """The bundle for ``target``: resources of every file merged with the target's, ``${var.*}`` substituted with
-    the target's variable values (``${resources.*}`` / ``${workspace.*}`` references are left for the workspace)."""
+    the target's variable values and the ``given`` ones (``--var``; default :data:`GIVEN`); ``${resources.*}`` /
+    ``${workspace.*}`` references are left for the workspace."""
     resources: dict = {}
     for doc in BUNDLE_DOCS:
         resources = _merge(resources, doc.get("resources", {}))
@@ -59,6 +67,9 @@ def resolved(target: str) -> dict:
     resources = _merge(resources, spec.get("resources", {}))
     variables = {name: v.get("default") for name, v in ROOT_YAML["variables"].items()}
     variables.update(spec.get("variables", {}))
+    variables.update(GIVEN if given is None else given)
+    missing = sorted(name for name, value in variables.items() if value is None)
+    assert not missing, f"no value for required variable(s) {missing}"
     text = jobs.VAR.sub(lambda m: str(variables[m.group(1)]), json.dumps({**spec, "resources": resources}))
     assert "${var." not in text
     return json.loads(text)
@@ -111,6 +122,46 @@ def test_pipeline_job_is_scheduled_and_dev_pauses_schedule_and_always_on_job():
     dev = ROOT_YAML["targets"]["dev"]["variables"]
     assert dev["pipeline_schedule_pause_status"] == dev["streaming_pause_status"] == "PAUSED"
     assert ROOT_YAML["variables"]["streaming_pause_status"]["default"] == "UNPAUSED"
+    assert ROOT_YAML["variables"]["pipeline_schedule_pause_status"]["default"] == "PAUSED"
+
+
+def _writers(job: dict) -> bool:
+    """Whether a deployed job starts runs by itself (an unpaused schedule or continuous run)."""
+    trigger = job.get("schedule") or job.get("continuous") or {}
+    return bool(trigger) and trigger.get("pause_status", "UNPAUSED") == "UNPAUSED"
+
+
+def _query_starters(job_key: str) -> set[str]:
+    """The ``start_*`` functions a job's tasks call (its notebooks' cells, its wheel tasks' always-on functions)."""
+    found = set()
+    for task in jobs.tasks(job_key):
+        if task.notebook is not None:
+            sources = [c.source for c in nbformat.read(task.notebook, as_version=4).cells if c.cell_type == "code"]
+        else:
+            sources = [inspect.getsource(always_on.TASKS[task.parameters["task"]])]
+        found |= {name for source in sources for name in re.findall(r"\.(start_\w+)\(", source)}
+    return found
+
+
+@pytest.mark.parametrize("target", ["dev", "prod"])
+@pytest.mark.parametrize(
+    "choice",
+    [{}, {"streaming_pause_status": "PAUSED", "pipeline_schedule_pause_status": "UNPAUSED"}],
+    ids=["default", "hourly-instead"],
+)
+def test_no_two_jobs_that_run_by_themselves_share_a_checkpoint(target, choice):
+    bundle_jobs = resolved(target, {**GIVEN, **choice})["resources"]["jobs"]
+    bases = {next(p["default"] for p in job["parameters"] if p["name"] == "base_path") for job in bundle_jobs.values()}
+    assert len(bases) == 1, "every job keeps its checkpoints under the same base_path"
+    running = [key for key, job in bundle_jobs.items() if _writers(job)]
+    writing = [key for key in running if _query_starters(key)]
+    assert len(writing) <= 1, f"{target}: {writing} all run by themselves and start queries on the same checkpoints"
+    assert len(running) == (0 if target == "dev" and not choice else 1)  # dev pauses both unless told
+
+
+def test_a_required_variable_without_a_value_is_refused():
+    with pytest.raises(AssertionError, match="catalog"):
+        resolved("prod", given={})
 
 
 def test_databricks_yml_has_dev_default_and_prod_targets():
@@ -136,7 +187,6 @@ def test_every_variable_used_is_declared_and_a_setting_or_a_deployment_knob():
         "schema",
         "notification_email",
         "service_principal_id",
-        "scheduler_allocation_file",
     }
     assert used - deployment <= set(parameter_names())
 
@@ -255,32 +305,31 @@ def test_resolved_bundle_is_deployable_offline_checks(target):
     assert "state_tuning" not in {t["task_key"] for t in pipeline["tasks"]}, "tuning is a job of its own"
     tuning_job = resources["jobs"][jobs.TUNING_JOB_KEY]
     assert "schedule" not in tuning_job and "continuous" not in tuning_job
-    paused = "PAUSED" if target == "dev" else "UNPAUSED"
-    assert (
-        pipeline["schedule"]["pause_status"]
-        == resources["jobs"][jobs.ALWAYS_ON_JOB_KEY]["continuous"]["pause_status"]
-        == paused
+    always_on = resources["jobs"][jobs.ALWAYS_ON_JOB_KEY]["continuous"]["pause_status"]
+    assert (pipeline["schedule"]["pause_status"], always_on) == (
+        ("PAUSED", "PAUSED") if target == "dev" else ("PAUSED", "UNPAUSED")
     )
     if target == "prod":
         assert bundle["run_as"] == {"service_principal_name": ROOT_YAML["variables"]["service_principal_id"]["default"]}
         assert bundle["git"]["branch"] == "main"
+        assert bundle["workspace"]["root_path"].startswith("/Workspace/Users/${workspace.current_user.userName}/")
 
 
-def test_shipped_fair_pools_are_the_settings_pools():
-    import xml.etree.ElementTree as ET
+def test_no_cluster_depends_on_a_file_spark_must_open_at_start():
+    # Spark opens spark.scheduler.allocation.file when the SparkContext starts and fails if it cannot read it; the
+    # job clusters run FAIR with pools created on first use instead
+    for target in ("dev", "prod"):
+        for job in resolved(target)["resources"]["jobs"].values():
+            for cluster in job["job_clusters"]:
+                conf = cluster["new_cluster"].get("spark_conf", {})
+                assert "spark.scheduler.allocation.file" not in conf, cluster["job_cluster_key"]
+                assert not any("/Workspace" in str(v) for v in conf.values()), cluster["job_cluster_key"]
 
-    from sensorcep.settings import Settings, parse_pools
 
-    root = ET.parse(PROJECT_ROOT / "conf" / "fairscheduler.xml").getroot()
-    shipped = {pool.get("name"): int(pool.findtext("weight")) for pool in root.iter("pool")}
-    assert shipped == parse_pools(Settings().scheduler_pools)
-    confs = [
-        c["new_cluster"]["spark_conf"]
-        for job in resolved("prod")["resources"]["jobs"].values()
-        for c in job["job_clusters"]
-        if "spark.scheduler.mode" in c["new_cluster"]["spark_conf"]
-    ]
-    assert confs and all(c["spark.scheduler.allocation.file"].endswith("/conf/fairscheduler.xml") for c in confs)
+def test_the_wheel_gets_a_new_version_each_deploy_and_deploys_skip_what_clusters_never_read():
+    assert ROOT_YAML["artifacts"]["sensorcep_wheel"]["dynamic_version"] is True
+    assert {"tests", "benchmarks", "jvm/target"} <= set(ROOT_YAML["sync"]["exclude"])
+    assert "default" not in ROOT_YAML["variables"]["catalog"], "newer workspaces have no `main` catalog"
 
 
 def test_the_bundle_artifact_builds_a_wheel_with_the_package_and_its_entry_point(tmp_path):

@@ -24,6 +24,8 @@ DRIVER = Path(__file__).with_name("crash_driver.py")
 COMPARED = {
     "bronze_events": ["device_id", "sensor_freq", "event_time", "offset"],
     "quarantine_events": ["offset", "reason"],
+    "duplicate_events": ["partition", "offset", "duplicate_of_partition", "duplicate_of_offset"],
+    "late_events": ["query", "device_id", "sensor_freq", "event_time", "watermark"],
     "sensor_samples": ["device_id", "sensor_freq", "event_time", "window_start", "roles"],
     "anomalies": ["alert_id", "device_id", "sensor_freq", "event_time"],
 }
@@ -108,6 +110,15 @@ def test_kill_9_at_random_points_then_restart_equals_an_uninterrupted_run(spark,
         assert len(got) == len(set(got)), f"{table} has duplicates"
         assert got == want, f"{table} differs from the uninterrupted run"
     assert len(_rows(reference, "sensor_samples")) > 0 and len(_rows(reference, "anomalies")) > 0
+    assert len(_rows(reference, "duplicate_events")) > 0
+
+    kept = [
+        (p, o)
+        for table in ("bronze_events", "quarantine_events", "duplicate_events")
+        for p, o in delta_frame(crashed.table_path(table), ["partition", "offset"]).itertuples(index=False)
+    ]
+    read = [(p, o) for p, o, _, _ in topic_records(bootstrap, topic)]
+    assert sorted(kept) == sorted(read), "every record of the topic is in exactly one of ingest's tables"
 
     alert_ids = [json.loads(value)["alert_id"] for _, _, _, value in topic_records(bootstrap, "crash-alerts")]
     anomaly_ids = {row[0] for row in _rows(reference, "anomalies")}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
-from streams import T0, batch_stream, delta_frame, events, write_batches
+from streams import T0, T0_US, batch_stream, delta_frame, events, late_rows, write_batches
 
 from sensorcep.pipeline import device_activity
 
@@ -20,6 +20,7 @@ BATCHES = [
         ("c", 1.0, 100),
         ("c", 1.0, 700),
     ),  # final watermark 670: b's timer (300) fires, a's (700) not
+    events(("d", 1.0, 50)),  # older than the late-row watermark (370): too late, kept in late_events
 ]
 
 
@@ -51,3 +52,4 @@ def test_offline_after_timeout_and_online_again(spark, settings, tmp_path):
         "offline": 1,
         "online": 2,
     }
+    assert late_rows(settings, "device_activity") == [("d", 1.0, T0_US + 50_000_000, T0_US // 1000 + 370_000)]

@@ -1,6 +1,7 @@
 """Progress capture (listener -> Delta stream_progress), the live view and the state data source, on real queries."""
 
 import json
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -116,3 +117,20 @@ def test_state_data_source_shows_the_chunks_open_windows_still_need(spark, setti
     assert held.chunk.tolist() == [1, 2] and held.scope.tolist() == ["all", "all"]
     assert seconds("first_bucket") == [90, 120] and seconds("last_bucket") == [90, 120]
     assert (held.bytes > 0).all()
+
+
+def test_a_progress_table_that_cannot_be_written_costs_a_bounded_buffer_and_says_how_many_rows_it_lost(
+    spark, settings, tmp_path, caplog
+):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")  # a real write failure: the table's folder would be inside a file
+    broken = settings.replace(base_path=str(blocker), tables="paths")
+    listener = monitoring.DeltaProgressListener(spark)  # not registered: fed by hand below
+    listener.route("probe", monitoring.tables.table(broken, "stream_progress"))
+    for batch_id in range(5):
+        progress = {"name": "probe", "id": "q", "runId": "r", "batchId": batch_id, "timestamp": "2026-01-05T12:00:00Z"}
+        listener.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(json=json.dumps(progress))))
+    outcomes = [(listener.flush(), listener.rows_lost) for _ in range(monitoring.WRITE_ATTEMPTS)]
+    assert outcomes == [(0, 0)] * (monitoring.WRITE_ATTEMPTS - 1) + [(0, 5)]
+    assert listener.flush() == 0 and listener.rows_lost == 5  # given up, not retried forever
+    assert any("gave up 5 progress rows" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from oracle import reference_samples
-from streams import T0, batch_stream, events, oracle_rows, sample_rows, write_batches
+from oracle import late_events, reference_samples
+from streams import T0, batch_stream, events, late_rows, oracle_rows, sample_rows, write_batches
 
 from sensorcep.local import simulator
 from sensorcep.local.broker import create_topics
@@ -111,6 +111,8 @@ def test_streamed_samples_equal_the_oracle(spark, settings, tmp_path, scope, sli
     settings = _run(spark, settings, tmp_path, BATCHES, sample_scope=scope, slide_duration=f"{slide} seconds")
     expected = reference_samples(BATCHES, 60, slide, 30, scope)
     assert sample_rows(settings) == oracle_rows(expected)
+    assert late_rows(settings, "sampling") == late_events(BATCHES, 30_000), "every dropped event is in late_events"
+    assert {r[:2] for r in late_rows(settings, "sampling")} == {("a", 5.0), ("b", 5.0)}
     if (scope, slide) == ("window", 30):  # the semantics the fixed batches are built to show
         sampled_times = {r[4] for r in oracle_rows(expected)}
         assert events(("c", 5.0, 25)).event_time_us[0] in sampled_times, "late-but-in-watermark event sampled"
@@ -130,6 +132,7 @@ def test_restart_after_k_batches_equals_an_uninterrupted_run(spark, settings, tm
     sampling.start_sampling(spark, settings, events=batch_stream(spark, folder))  # nothing new: adds nothing
     assert 0 < len(after_first_run) < len(sample_rows(settings))
     assert sample_rows(settings) == oracle_rows(reference_samples(BATCHES, 60, 30, 30))
+    assert late_rows(settings, "sampling") == late_events(BATCHES, 30_000), "late events once, across the restart"
 
 
 batch_lists = st.lists(
@@ -156,6 +159,7 @@ def test_property_any_batches_match_the_oracle(spark, settings, tmp_path_factory
     example = dict(sample_scope=scope, slide_duration=f"{slide} seconds", base_path=str(base), schema=base.name)
     settings = _run(spark, settings, base, frames, **example)
     assert sample_rows(settings) == oracle_rows(reference_samples(frames, 60, slide, 30, scope))
+    assert late_rows(settings, "sampling") == late_events(frames, 30_000)
 
 
 # ---------------------------------------------------------------------------- Kafka end to end

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from sensorcep.runtime import LocalDbutils
@@ -48,7 +50,7 @@ def test_durations_and_triggers():
     assert parse_duration("60 seconds") == 60 and parse_duration("5 minutes") == 300 and parse_duration("500 ms") == 0.5
     assert parse_trigger("availableNow") == {"availableNow": True}
     assert parse_trigger("2 seconds") == {"processingTime": "2 seconds"}
-    assert parse_trigger("realtime") == {"realTime": "5 minutes"}
+    assert parse_trigger("realtime") == {"realTime": "300 seconds"}
     assert parse_trigger("realtime:30 seconds") == {"realTime": "30 seconds"}
     with pytest.raises(SettingsError, match="at least 5 seconds"):
         parse_trigger("realtime:1 second")
@@ -65,3 +67,109 @@ def test_durations_and_triggers():
 def test_environment_overrides_widget_defaults(monkeypatch):
     monkeypatch.setenv("SENSORCEP_EVENTS_TOPIC", "other-topic")
     assert settings_from_widgets(LocalDbutils({}), ["events_topic"]).events_topic == "other-topic"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("1 minute 30 seconds", 90), ("90s", 90), ("1m30s", 90), ("2 hours", 7200), ("30", 30), ("250 ms", 0.25)],
+)
+def test_compound_durations_add_up(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+def test_compound_durations_reach_spark_in_its_own_spelling():
+    s = Settings(window_duration="1 minute 30 seconds", slide_duration="45s", watermark_delay="1m")
+    assert (s.window_seconds, s.slide_seconds) == (90, 45)
+    assert (s.interval("window_duration"), s.interval("watermark_delay")) == ("90 seconds", "60 seconds")
+    assert parse_trigger("1m30s") == {"processingTime": "90 seconds"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "refusal"),
+    [
+        ({"ack_timeout": "10 minutes + INTERVAL 1 DAY"}, "ack_timeout: cannot read"),
+        ({"watermark_delay": "30 seconds; DROP TABLE x"}, "watermark_delay: cannot read"),
+        ({"max_future": "-5 minutes"}, "max_future: cannot read"),
+        ({"device_timeout": "0 seconds"}, "device_timeout must be longer than 0"),
+        ({"window_duration": "1 fortnight"}, "window_duration: cannot read"),
+        ({"query_suffix": "/../ingest"}, "query_suffix: '/../ingest' may hold letters, digits and _ only"),
+        ({"query_suffix": "-realtime"}, "query_suffix"),
+        ({"alerts_topic": "sensor-events"}, "alerts_topic and events_topic are both 'sensor-events'"),
+        ({"escalations_topic": "sensor-alert-acks"}, "escalations_topic and acks_topic"),
+        ({"events_topic": "events/../x"}, "events_topic: 'events/../x' is not a Kafka topic name"),
+        ({"events_topic": ""}, "events_topic: '' is not a Kafka topic name"),
+        ({"scheduler_pools": "sampling:1,alerts:two"}, "scheduler_pools: cannot read 'alerts:two'"),
+        ({"scheduler_pools": "sampling:0"}, "weight >= 1"),
+        ({"scheduler_pools": "<pool>:1"}, "scheduler_pools: cannot read '<pool>:1'"),
+        ({"scheduler_pools": "a:1,a:2"}, "pool 'a' is given twice"),
+        ({"anomaly_threshold": float("nan")}, "anomaly_threshold must be a finite number"),
+        ({"kafka_bootstrap_servers": "broker"}, "not a host:port"),
+        ({"catalog": "main; DROP"}, "catalog: 'main; DROP' is not a usable name"),
+        ({"tables": "paths", "base_path": "/Volumes/c/s/data"}, "Unity Catalog volumes cannot hold Delta tables"),
+    ],
+    ids=lambda v: str(v)[:40],
+)
+def test_settings_refuse_junk_with_one_sentence_naming_the_setting(changes, refusal):
+    with pytest.raises(SettingsError, match=re.escape(refusal)):
+        Settings().replace(**changes)
+
+
+def test_junk_from_a_widget_is_refused_before_anything_runs():
+    with pytest.raises(SettingsError, match="ack_timeout: cannot read"):
+        settings_from_widgets(LocalDbutils({"ack_timeout": "10 minutes + INTERVAL 1 DAY"}), ["ack_timeout"])
+    with pytest.raises(SettingsError, match="anomaly_threshold must be a number"):
+        settings_from_widgets(LocalDbutils({"anomaly_threshold": "low"}), ["anomaly_threshold"])
+
+
+def test_the_default_clock_skew_allowed_is_minutes_not_a_day():
+    # one device stamping local time as UTC must not move every event-time watermark hours ahead
+    assert Settings().max_future_seconds == 300
+
+
+def test_a_real_time_run_never_shares_the_micro_batch_checkpoint():
+    s = Settings(base_path="/v")
+    assert s.checkpoint_path("alerts") == "/v/checkpoints/alerts"
+    assert s.checkpoint_path("alerts", realtime=True) == "/v/checkpoints/alerts-realtime"
+
+
+class _WorkspaceWidgets:
+    """Stands in for Databricks' dbutils (no workspace here): widgets that return what a user typed, else the
+    default the notebook declared."""
+
+    def __init__(self, typed: dict[str, str]):
+        self.typed, self.declared = typed, {}
+        self.widgets = self
+
+    def text(self, name, default):
+        self.declared[name] = default
+
+    def get(self, name):
+        return self.typed.get(name, self.declared[name])
+
+
+def test_a_notebook_opened_on_databricks_stops_at_once_naming_what_the_laptop_defaults_cannot_be(monkeypatch):
+    monkeypatch.delenv("SENSORCEP_BASE_PATH", raising=False)
+    monkeypatch.delenv("SENSORCEP_KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    names = ["kafka_bootstrap_servers", "base_path", "catalog", "schema"]
+    with pytest.raises(SettingsError) as refused:
+        settings_from_widgets(_WorkspaceWidgets({"catalog": "workspace"}), names)
+    message = str(refused.value)
+    assert message.startswith("on Databricks, set the widget(s) kafka_bootstrap_servers (")
+    assert "base_path (the deployment's volume" in message and "catalog (" not in message
+    typed = {"kafka_bootstrap_servers": "b1:9092", "base_path": "/Volumes/w/s/data", "catalog": "workspace"}
+    assert settings_from_widgets(_WorkspaceWidgets(typed), names).base_path == "/Volumes/w/s/data"
+
+
+def test_the_cli_prints_any_project_error_as_one_sentence(monkeypatch, capsys):
+    from sensorcep.__main__ import main
+    from sensorcep.errors import SensorCepError
+
+    monkeypatch.setenv("SENSORCEP_ACK_TIMEOUT", "10 minutes + INTERVAL 1 DAY")
+    with pytest.raises(SystemExit) as stopped:
+        main(["summary"])  # settings are read before any JVM starts
+    assert stopped.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "✘ ack_timeout: cannot read '10 minutes + INTERVAL 1 DAY' as a duration like '30 seconds' or "
+        "'1 minute 30 seconds'"
+    ]
+    assert issubclass(SettingsError, SensorCepError) and issubclass(SettingsError, ValueError)

@@ -7,6 +7,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from sensorcep.errors import SensorCepError
 from sensorcep.local import broker
 from sensorcep.settings import env_settings
 
@@ -86,20 +87,17 @@ def cmd_simulate(args) -> None:
 
 
 def cmd_run(args) -> None:
-    from sensorcep.local.jobs import ALWAYS_ON_JOB_KEY, JOB_KEY, JobError, run, run_always_on
+    from sensorcep.local.jobs import ALWAYS_ON_JOB_KEY, JOB_KEY, run, run_always_on
 
     job = args.job or JOB_KEY
-    try:
-        if job == ALWAYS_ON_JOB_KEY:
-            from sensorcep.runtime import get_spark
+    if job == ALWAYS_ON_JOB_KEY:
+        from sensorcep.observability.monitoring import stop_session
+        from sensorcep.runtime import get_spark
 
-            run_always_on(job, _params(args.param), minutes=args.minutes, every_s=args.every)
-            get_spark().stop()  # before the interpreter exits: the progress listener must not outlive Python
-            return
-        out = run(args.task, _params(args.param), job_key=job)
-    except JobError as exc:
-        print(f"✘ {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+        run_always_on(job, _params(args.param), minutes=args.minutes, every_s=args.every)
+        stop_session(get_spark())  # before the interpreter exits: the progress listener must not outlive Python
+        return
+    out = run(args.task, _params(args.param), job_key=job)
     print(f"executed notebooks saved in {out}")
 
 
@@ -161,12 +159,9 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(func=cmd_summary)
 
     args = parser.parse_args(argv)
-    from sensorcep.local.jars import JarsError
-    from sensorcep.runtime import JavaMissingError
-
     try:
         args.func(args)
-    except (broker.BrokerError, JavaMissingError, JarsError) as exc:
+    except SensorCepError as exc:  # any of the project's explained failures: its one sentence, no traceback
         print(f"✘ {exc}", file=sys.stderr)
         raise SystemExit(1) from None
 

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from functools import lru_cache
 
+from sensorcep.errors import SensorCepError
+
 #: environment variable the local job runner uses to hand job parameters to the widget stand-in
 PARAMS_ENV = "SENSORCEP_NOTEBOOK_PARAMS"
 
@@ -22,7 +24,7 @@ DATABRICKS_ROCKSDB_PROVIDER = "com.databricks.sql.streaming.state.RocksDBStateSt
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 
 
-class JavaMissingError(RuntimeError):
+class JavaMissingError(SensorCepError, RuntimeError):
     pass
 
 
@@ -80,8 +82,12 @@ def local_spark_conf(cores: int | None = None) -> dict[str, str]:
     }
 
 
-class RealTimeUnavailableError(RuntimeError):
+class RealTimeUnavailableError(SensorCepError, RuntimeError):
     pass
+
+
+#: the cluster setting Databricks' real-time mode needs (``Set up real-time mode``)
+REALTIME_MODE_CONF = "spark.databricks.streaming.realTimeMode.enabled"
 
 
 def set_trigger(writer, trigger: dict):
@@ -93,6 +99,12 @@ def set_trigger(writer, trigger: dict):
     """
     if "realTime" not in trigger:
         return writer.trigger(**trigger)
+    if is_databricks() and writer._spark.conf.get(REALTIME_MODE_CONF, "false").lower() != "true":
+        raise RealTimeUnavailableError(
+            f"alerts_trigger=realtime: this compute has no real-time mode ({REALTIME_MODE_CONF} is not true; "
+            "serverless and standard access mode have none): set alerts_trigger to availableNow or an interval, "
+            "or run the alert query on the always-on job's realtime_cluster"
+        )
     try:
         return writer.trigger(**trigger)
     except TypeError:
@@ -276,6 +288,8 @@ class _LocalSecrets:
 
 
 class LocalDbutils:
+    local = True  # widgets fall back to the laptop's defaults (settings.settings_from_widgets)
+
     def __init__(self, params: dict[str, str] | None = None):
         self.widgets = _LocalWidgets(params)
         self.secrets = _LocalSecrets()

@@ -9,11 +9,14 @@ locations are derived from ``base_path`` deterministically so a restart finds it
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+from sensorcep.errors import SensorCepError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_BROKER = "127.0.0.1:9092"
@@ -23,6 +26,8 @@ LOCAL_BROKER = "127.0.0.1:9092"
 TABLES = (
     "bronze_events",
     "quarantine_events",
+    "duplicate_events",
+    "late_events",
     "devices",
     "sensor_samples",
     "device_status",
@@ -52,7 +57,7 @@ RESERVED_COLUMNS = frozenset(
 )
 
 
-class SettingsError(ValueError):
+class SettingsError(SensorCepError, ValueError):
     """A job parameter / widget value that cannot be used."""
 
 
@@ -92,7 +97,7 @@ class Settings:
     device_timeout: str = "5 minutes"
     anomaly_threshold: float = 0.0
     ack_timeout: str = "10 minutes"
-    max_future: str = "1 day"
+    max_future: str = "5 minutes"
     alerts_trigger: str = field(
         default="realtime",
         metadata={"doc": "the alert query's trigger: realtime[:<checkpoint interval>], an interval, or availableNow"},
@@ -137,6 +142,11 @@ class Settings:
         for name in ("catalog", "schema"):
             if not re.fullmatch(r"[A-Za-z0-9_]*", getattr(self, name)):
                 raise SettingsError(f"{name}: {getattr(self, name)!r} is not a usable name (letters, digits, _)")
+        if self.tables == "paths" and self.base_path.startswith("/Volumes/"):
+            raise SettingsError(
+                "tables=paths: Unity Catalog volumes cannot hold Delta tables; use tables=catalog (managed tables in "
+                "the schema) and keep base_path on the volume for checkpoints"
+            )
         if self.tables == "catalog" and not self.schema:
             raise SettingsError("schema: tables=catalog names tables <catalog>.<schema>.<table>; give a schema")
         if self.sample_scope not in ("window", "device"):
@@ -150,6 +160,9 @@ class Settings:
             "max_future",
         ):
             parse_duration(getattr(self, name), name)
+        for name in ("window_duration", "slide_duration", "device_timeout", "ack_timeout"):
+            if parse_duration(getattr(self, name), name) <= 0:
+                raise SettingsError(f"{name} must be longer than 0, not {getattr(self, name)!r}")
         if parse_duration(self.slide_duration) > parse_duration(self.window_duration):
             raise SettingsError("slide_duration must not exceed window_duration")
         if parse_duration(self.window_duration) % parse_duration(self.slide_duration):
@@ -165,12 +178,40 @@ class Settings:
         if self.max_offsets_per_trigger < 0:
             raise SettingsError("max_offsets_per_trigger must be >= 0 (0 = no limit)")
         parse_pools(self.scheduler_pools)
+        if not math.isfinite(self.anomaly_threshold):
+            raise SettingsError(f"anomaly_threshold must be a finite number, not {self.anomaly_threshold!r}")
+        if not re.fullmatch(r"[A-Za-z0-9_]*", self.query_suffix):
+            raise SettingsError(
+                f"query_suffix: {self.query_suffix!r} may hold letters, digits and _ only (it names checkpoint "
+                "folders and writer ids: a path in it would point a query at another query's checkpoint)"
+            )
+        if not re.fullmatch(r"[^,\s]+:\d+(,[^,\s]+:\d+)*", self.kafka_bootstrap_servers):
+            raise SettingsError(
+                f"kafka_bootstrap_servers: {self.kafka_bootstrap_servers!r} is not a host:port[,host:port...] list"
+            )
+        self._validate_topics()
         for name in self.extra_field_names:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in RESERVED_COLUMNS:
                 raise SettingsError(
                     f"extra_fields: {name!r} is not a usable column name (letters, digits, _; "
                     f"not one of {', '.join(sorted(RESERVED_COLUMNS))})"
                 )
+
+    def _validate_topics(self) -> None:
+        topics = {"events_topic": self.events_topic, "alerts_topic": self.alerts_topic, "acks_topic": self.acks_topic}
+        if self.escalations_topic:
+            topics["escalations_topic"] = self.escalations_topic
+        for name, topic in topics.items():
+            if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic) or topic in (".", ".."):
+                raise SettingsError(f"{name}: {topic!r} is not a Kafka topic name (letters, digits, '.', '_', '-')")
+        seen: dict[str, str] = {}
+        for name, topic in topics.items():
+            if topic in seen:
+                raise SettingsError(
+                    f"{name} and {seen[topic]} are both {topic!r}: each topic has one role (an alert written to "
+                    "the topic its query reads would be read back as input)"
+                )
+            seen[topic] = name
 
     # ----------------------------------------------------------------- derived locations
     def table_name(self, name: str) -> str | None:
@@ -193,8 +234,11 @@ class Settings:
         if name not in TABLES:
             raise SettingsError(f"unknown table {name!r}; known: {', '.join(TABLES)}")
 
-    def checkpoint_path(self, query: str) -> str:
-        return f"{self.base_path.rstrip('/')}/checkpoints/{self.query_name(query)}"
+    def checkpoint_path(self, query: str, *, realtime: bool = False) -> str:
+        """The query's checkpoint; a real-time-mode run of it has its own (``<query>-realtime``): a checkpoint first
+        written by micro-batches is refused in real-time mode (``CHECKPOINT_FORMAT_V1_NOT_SUPPORTED``)."""
+        suffix = "-realtime" if realtime else ""
+        return f"{self.base_path.rstrip('/')}/checkpoints/{self.query_name(query)}{suffix}"
 
     def query_name(self, query: str) -> str:
         return f"{query}{self.query_suffix}"
@@ -203,6 +247,10 @@ class Settings:
     def extra_field_names(self) -> list[str]:
         """Optional top-level event fields (e.g. ``firmware``) carried into bronze as strings when present."""
         return [name.strip() for name in self.extra_fields.split(",") if name.strip()]
+
+    def interval(self, name: str) -> str:
+        """A duration setting (``watermark_delay``, ``window_duration`` ...) spelled for Spark."""
+        return spark_interval(parse_duration(getattr(self, name), name))
 
     @property
     def window_seconds(self) -> int:
@@ -215,6 +263,14 @@ class Settings:
     @property
     def watermark_seconds(self) -> int:
         return int(parse_duration(self.watermark_delay))
+
+    @property
+    def ack_timeout_seconds(self) -> int:
+        return int(parse_duration(self.ack_timeout))
+
+    @property
+    def max_future_seconds(self) -> int:
+        return int(parse_duration(self.max_future))
 
 
 def _coerce(name: str, type_name, value):
@@ -262,17 +318,37 @@ _UNITS = {
 }
 
 
+_DURATION_TERM = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
+
+
 def parse_duration(text: str, name: str = "duration") -> float:
-    """'60 seconds', '5 minutes', '500 ms' -> seconds (float)."""
-    parts = str(text).strip().split()
-    if len(parts) == 1:
-        digits = parts[0].rstrip("abcdefghijklmnopqrstuvwxyz")
-        parts = [digits, parts[0][len(digits) :] or "seconds"]
-    try:
-        number, unit = float(parts[0]), parts[1].lower()
-        return number * _UNITS[unit]
-    except (IndexError, KeyError, ValueError):
-        raise SettingsError(f"{name}: cannot read {text!r} as a duration like '30 seconds'") from None
+    """'60 seconds', '5 minutes', '500 ms', '1 minute 30 seconds', '90s' -> seconds (float).
+
+    The whole text must be number-unit terms (a lone number is seconds): anything else, such as SQL after a
+    valid start, is refused rather than ignored.
+    """
+    text_ = str(text).strip()
+    total, pos, terms = 0.0, 0, 0
+    while pos < len(text_):
+        match = _DURATION_TERM.match(text_, pos)
+        lone_number = match is not None and not terms and match.end() == len(text_)
+        unit = match.group(2).lower() if match else ""
+        unit = unit or ("seconds" if lone_number else "")
+        if unit not in _UNITS:
+            raise SettingsError(
+                f"{name}: cannot read {text!r} as a duration like '30 seconds' or '1 minute 30 seconds'"
+            )
+        total += float(match.group(1)) * _UNITS[unit]
+        pos, terms = match.end(), terms + 1
+    if not terms:
+        raise SettingsError(f"{name}: cannot read {text!r} as a duration like '30 seconds'")
+    return total
+
+
+def spark_interval(seconds: float) -> str:
+    """A duration in a spelling every Spark interval parser reads (``"90 seconds"``, ``"500 milliseconds"``)."""
+    millis = round(seconds * 1000)
+    return f"{millis // 1000} seconds" if millis % 1000 == 0 else f"{millis} milliseconds"
 
 
 #: Spark's default checkpoint interval of a real-time-mode query, and the shortest it accepts
@@ -301,9 +377,8 @@ def parse_trigger(text: str) -> dict:
                 f"trigger {text!r}: a real-time-mode checkpoint interval is at least "
                 f"{REALTIME_MIN_SECONDS:g} seconds (it is not a latency)"
             )
-        return {"realTime": interval}
-    parse_duration(text, "trigger")
-    return {"processingTime": text}
+        return {"realTime": spark_interval(parse_duration(interval, "realtime trigger"))}
+    return {"processingTime": spark_interval(parse_duration(text, "trigger"))}
 
 
 def is_realtime(trigger: str) -> bool:
@@ -311,13 +386,18 @@ def is_realtime(trigger: str) -> bool:
 
 
 def parse_pools(text: str) -> dict[str, int]:
+    """``"sampling:1,alerts:2"`` -> ``{"sampling": 1, "alerts": 2}`` (FAIR pool names and positive weights)."""
     pools = {}
     for item in filter(None, (p.strip() for p in text.split(","))):
-        pool, _, weight = item.partition(":")
-        try:
-            pools[pool] = int(weight or 1)
-        except ValueError:
-            raise SettingsError(f"scheduler_pools: bad weight in {item!r} (want name:weight)") from None
+        pool, _, weight = (part.strip() for part in item.partition(":"))
+        if not re.fullmatch(r"[A-Za-z0-9_]+", pool) or not re.fullmatch(r"\d*", weight) or weight == "0":
+            raise SettingsError(
+                f"scheduler_pools: cannot read {item!r}: want name:weight, a name of letters, digits and _ and a "
+                "whole weight >= 1, e.g. 'sampling:1,alerts:2'"
+            )
+        if pool in pools:
+            raise SettingsError(f"scheduler_pools: pool {pool!r} is given twice")
+        pools[pool] = int(weight or 1)
     return pools
 
 
@@ -331,8 +411,21 @@ def defaults() -> dict[str, str]:
     return {f.name: os.environ.get(f"SENSORCEP_{f.name.upper()}", str(f.default)) for f in fields(Settings)}
 
 
+#: settings whose laptop default means nothing on a Databricks cluster, and what to give instead
+WORKSPACE_REQUIRED = {
+    "kafka_bootstrap_servers": "the sensor Kafka cluster's host:port list",
+    "base_path": "the deployment's volume, /Volumes/<catalog>/<schema>/data (executors cannot write workspace files)",
+    "catalog": "the Unity Catalog catalog that holds the deployment's schema",
+}
+
+
 def settings_from_widgets(dbutils, names: Iterable[str]) -> Settings:
-    """Declare a text widget per name (default from :class:`Settings`) and read them all back."""
+    """Declare a text widget per name (default from :class:`Settings`) and read them all back.
+
+    On Databricks (any ``dbutils`` but the local stand-in) a widget of :data:`WORKSPACE_REQUIRED` left at its laptop
+    default stops here with one sentence naming what to set: a job run passes the deployment's values; a notebook
+    opened by hand must be given them.
+    """
     names = list(names)
     defaults_ = defaults()
     unknown = [n for n in names if n not in defaults_]
@@ -340,7 +433,16 @@ def settings_from_widgets(dbutils, names: Iterable[str]) -> Settings:
         raise SettingsError(f"unknown widget(s): {', '.join(unknown)}")
     for name in names:
         dbutils.widgets.text(name, defaults_[name])
-    return Settings.from_mapping({name: dbutils.widgets.get(name) for name in names})
+    values = {name: dbutils.widgets.get(name) for name in names}
+    if not getattr(dbutils, "local", False):
+        missing = [n for n in names if n in WORKSPACE_REQUIRED and values[n] == defaults_[n]]
+        if missing:
+            raise SettingsError(
+                "on Databricks, set the widget(s) "
+                + "; ".join(f"{n} ({WORKSPACE_REQUIRED[n]})" for n in missing)
+                + ": they still hold the laptop defaults (a run of the deployed job passes them)"
+            )
+    return Settings.from_mapping(values)
 
 
 def env_settings(**overrides) -> Settings:

@@ -120,25 +120,47 @@ def _spark() -> SparkSession:
     return get_spark()
 
 
-def merge_new_rows(df: DataFrame, table: Table | str, key: str, partition_by: Iterable[str] = ()) -> bool:
-    """Insert the rows whose ``key`` the table does not hold yet (``MERGE ... WHEN NOT MATCHED THEN INSERT *``).
+def merge_new_rows(
+    df: DataFrame,
+    table: Table | str,
+    key: str | Iterable[str],
+    partition_by: Iterable[str] = (),
+    *,
+    target_filter: str = "",
+    cache: bool = True,
+) -> int | None:
+    """Insert the rows whose ``key`` (one column or several) the table does not hold yet (``MERGE ... WHEN NOT
+    MATCHED THEN INSERT *``, with schema evolution: a new column is added to the table).
 
-    Idempotent by itself: a replayed batch finds its rows and adds nothing. Creates the table on first use.
-    Returns False when the batch was empty (no commit).
+    Idempotent by itself: a replayed batch finds its rows and adds nothing, whoever writes it (no writer id); a
+    key twice in one batch is one row. The first batch of a new table is a plain append (which creates it).
+    ``target_filter``: a SQL condition on the table's columns (alias ``t``) that every matching row satisfies, e.g.
+    the batch's event-time range: Delta then skips the files (and partitions) outside it instead of reading the
+    whole table. Insert-only merges commit new files only, so the table stays a valid streaming source.
+
+    Returns the number of rows inserted, or None when the batch was empty (no commit). ``cache=False``: ``df`` is a
+    projection of a batch the caller has cached already.
     """
     table = tables.as_table(table)
-    cached = df.persist()
+    keys = [key] if isinstance(key, str) else list(key)
+    df = df.dropDuplicates(keys)  # a key twice in one batch is still one row
+    cached = df.persist() if cache else df
     try:
         if cached.isEmpty():
-            return False
+            return None
         spark = cached.sparkSession
         if not table_exists(table, spark):
-            write_table(cached.limit(0), table, "append", partition_by)
-        spark.sql(
-            f"MERGE INTO {table.sql_name} AS t USING {{rows}} AS s ON t.`{key}` = s.`{key}` "
+            write_table(cached, table, "append", partition_by)
+            return cached.count()
+        on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+        if target_filter:
+            on = f"({target_filter}) AND {on}"
+        metrics = spark.sql(
+            f"MERGE WITH SCHEMA EVOLUTION INTO {table.sql_name} AS t USING {{rows}} AS s ON {on} "
             "WHEN NOT MATCHED THEN INSERT *",
             rows=cached,
-        )
-        return True
+        ).first()
+        return int(metrics["num_inserted_rows"]) if metrics is not None else 0
     finally:
-        cached.unpersist()
+        if cache:
+            cached.unpersist()

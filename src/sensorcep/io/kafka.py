@@ -19,8 +19,17 @@ def security_options(settings: Settings) -> dict[str, str]:
     secrets = get_dbutils().secrets
     user = secrets.get(settings.kafka_secret_scope, "kafka-username")
     password = secrets.get(settings.kafka_secret_scope, "kafka-password")
-    jaas = f'{jaas_login_module("plain.PlainLoginModule")} required username="{user}" password="{password}";'
+    jaas = (
+        f"{jaas_login_module('plain.PlainLoginModule')} required "
+        f"username={jaas_quote(user)} password={jaas_quote(password)};"
+    )
     return {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN", "kafka.sasl.jaas.config": jaas}
+
+
+def jaas_quote(value: str) -> str:
+    """A JAAS option value in double quotes; Kafka's JAAS parser reads backslash escapes inside them, so a
+    password holding ``"`` or ``\\`` stays one value."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def client_config(settings: Settings) -> dict[str, str]:
@@ -37,6 +46,17 @@ def client_config(settings: Settings) -> dict[str, str]:
             }
         )
     return conf
+
+
+def topic_partitions(settings: Settings, topic: str, timeout_s: float = 30.0) -> list[int]:
+    """The topic's partition numbers, asked of the brokers (empty if the topic does not exist)."""
+    from confluent_kafka.admin import AdminClient  # a C extension: loaded only when asked
+
+    metadata = AdminClient(client_config(settings)).list_topics(topic, timeout=timeout_s)
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None:
+        return []
+    return sorted(found.partitions)
 
 
 def read_kafka(

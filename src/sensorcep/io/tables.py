@@ -25,6 +25,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from sensorcep import runtime
+from sensorcep.errors import SensorCepError
 from sensorcep.settings import TABLES, Settings
 
 
@@ -45,7 +46,7 @@ class Table:
         return self.identifier or "delta.`" + str(self.location).replace("`", "``") + "`"
 
 
-class TableLocationError(RuntimeError):
+class TableLocationError(SensorCepError, RuntimeError):
     """A name the local catalog already gives to other files than ``base_path`` says."""
 
 

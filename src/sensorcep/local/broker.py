@@ -23,6 +23,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+from sensorcep.errors import SensorCepError
 from sensorcep.settings import LOCAL_BROKER, PROJECT_ROOT
 
 DEFAULT_DATA_DIR = PROJECT_ROOT / ".broker"
@@ -30,7 +31,7 @@ DEFAULT_PARTITIONS = 2
 START_TIMEOUT_S = 90.0
 
 
-class BrokerError(RuntimeError):
+class BrokerError(SensorCepError, RuntimeError):
     pass
 
 
@@ -138,8 +139,7 @@ def _format_storage(data_dir: Path, properties: Path) -> None:
             data_dir,
             "kafka.tools.StorageTool",
             "format",
-            "--cluster-id",
-            cluster_id,
+            f"--cluster-id={cluster_id}",  # one argument: a random id may start with "-" (argparse: a flag)
             "--config",
             str(properties),
             "--standalone",

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from sensorcep.errors import SensorCepError
 from sensorcep.settings import PROJECT_ROOT
 
 JVM_DIR = PROJECT_ROOT / "jvm"
@@ -25,7 +26,7 @@ STAMP = JARS_DIR / ".pom-sha256"
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 
 
-class JarsError(RuntimeError):
+class JarsError(SensorCepError, RuntimeError):
     """The JVM dependencies are missing or could not be fetched (one sentence on what to do)."""
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from sensorcep.errors import SensorCepError
 from sensorcep.runtime import PARAMS_ENV
 from sensorcep.settings import PROJECT_ROOT, defaults
 
@@ -40,7 +41,7 @@ DYNAMIC_VALUE = re.compile(r"\{\{[^}]*\}\}")
 VAR = re.compile(r"\$\{var\.([a-zA-Z0-9_]+)\}")
 
 
-class JobError(RuntimeError):
+class JobError(SensorCepError, RuntimeError):
     pass
 
 

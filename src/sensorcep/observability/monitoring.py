@@ -23,6 +23,8 @@ from sensorcep.settings import Settings
 
 log = logging.getLogger(__name__)
 FLUSH_EVERY = 50
+#: failed writes of one batch of progress rows before the listener gives them up (and says how many)
+WRITE_ATTEMPTS = 3
 
 PROGRESS_SCHEMA = pa.schema(
     [
@@ -139,6 +141,8 @@ class DeltaProgressListener(StreamingQueryListener):
         self._terminated: dict[str, threading.Event] = {}
         self._wake = threading.Event()
         self._writing = threading.Lock()  # one flush at a time: the first write creates the table
+        self._failures: dict[Table, int] = {}  # table -> consecutive failed writes of its buffered rows
+        self.rows_lost = 0  # rows given up after WRITE_ATTEMPTS failed writes
         threading.Thread(target=self._flush_when_woken, name="stream-progress-writer", daemon=True).start()
 
     def _flush_when_woken(self) -> None:
@@ -174,7 +178,8 @@ class DeltaProgressListener(StreamingQueryListener):
         self._wake.set()
 
     def flush(self) -> int:
-        """Write every buffered row; rows that fail to write stay buffered for the next flush."""
+        """Write every buffered row; rows that fail to write stay buffered for the next flush (up to
+        ``WRITE_ATTEMPTS`` failures, then they are given up and counted in ``rows_lost``)."""
         from sensorcep.runtime import session_alive
 
         with self._writing:
@@ -192,11 +197,37 @@ class DeltaProgressListener(StreamingQueryListener):
             try:
                 _append_progress(self._spark, table, rows)
                 written += len(rows)
-            except Exception:  # a monitoring failure must never take a query down
-                log.exception("could not write %d progress rows to %s", len(rows), table)
-                with self._lock:
-                    self._buffers[table] = rows + self._buffers.get(table, [])
+                self._failures.pop(table, None)
+            except Exception as exc:  # a monitoring failure must never take a query down
+                self._failed(table, rows, exc)
         return written
+
+    def _failed(self, table: Table, rows: list[dict], exc: Exception) -> None:
+        """Keep the rows for the next flush, up to ``WRITE_ATTEMPTS`` failures in a row; then give them up and
+        say how many, so a table that cannot be written costs a bounded buffer, not a growing one."""
+        failures = self._failures[table] = self._failures.get(table, 0) + 1
+        if failures < WRITE_ATTEMPTS:
+            log.warning(
+                "could not write %d progress rows to %s (attempt %d of %d): %s",
+                len(rows),
+                table,
+                failures,
+                WRITE_ATTEMPTS,
+                exc,
+            )
+            with self._lock:
+                self._buffers[table] = rows + self._buffers.get(table, [])
+            return
+        self._failures.pop(table)
+        self.rows_lost += len(rows)
+        log.error(
+            "gave up %d progress rows for %s after %d failed writes (%d lost so far): %s",
+            len(rows),
+            table,
+            WRITE_ATTEMPTS,
+            self.rows_lost,
+            exc,
+        )
 
     def wait_terminated(self, query_id: str, timeout: float = 30.0) -> bool:
         return self._terminated.setdefault(str(query_id), threading.Event()).wait(timeout)
@@ -245,6 +276,13 @@ def stop_progress_listener(spark) -> None:
     if listener is not None:
         spark.streams.removeListener(listener)  # under Connect: returns once the events sent so far are handled
         listener.flush()
+
+
+def stop_session(spark) -> None:
+    """Stop the session after writing every buffered progress row: the end of a script or a local job. Stopping
+    the session first leaves the listener's last rows with no session to write them."""
+    stop_progress_listener(spark)
+    spark.stop()
 
 
 def progress_frame(
@@ -302,22 +340,23 @@ def progress_summary(progress: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def save_progress_plots(progress: pd.DataFrame, intervals: dict[str, int]) -> list[str]:
+def save_progress_plots(progress: pd.DataFrame, intervals: dict[str, int], settings: Settings) -> list[str]:
     """One progress figure per query (rates, batch time vs trigger, state, watermark lag), saved as PNG."""
     from sensorcep.observability.plots import plot_query_progress
 
     return [
-        save_figure(plot_query_progress(progress, query, intervals.get(query, 0)), f"progress_{query}")
+        save_figure(plot_query_progress(progress, query, intervals.get(query, 0)), f"progress_{query}", settings)
         for query in sorted(progress.query_name.unique())
     ]
 
 
-def save_figure(fig, name: str) -> str:
-    """Save a plot as PNG next to the executed notebook: the local runner's run folder
-    (``SENSORCEP_RUN_DIR``) or the notebook's working directory (Databricks)."""
+def save_figure(fig, name: str, settings: Settings) -> str:
+    """Save a plot as PNG: next to the executed notebook in the local runner's run folder (``SENSORCEP_RUN_DIR``),
+    else under ``<base_path>/plots`` (on Databricks the deployment's volume: the bundle's own folder is replaced at
+    every deploy and is not the place for data)."""
     import os
 
-    folder = os.environ.get("SENSORCEP_RUN_DIR") or os.getcwd()
+    folder = os.environ.get("SENSORCEP_RUN_DIR") or f"{settings.base_path.rstrip('/')}/plots"
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{name}.png")
     fig.savefig(path, dpi=90, bbox_inches="tight")

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sensorcep.errors import SensorCepError
 from sensorcep.runtime import DATABRICKS_ROCKSDB_PROVIDER, HDFS_PROVIDER, OSS_ROCKSDB_PROVIDER, is_databricks
 from sensorcep.settings import Settings, parse_trigger
 
@@ -74,7 +75,7 @@ ROCKSDB_OPTIONS = frozenset(
 QUERIES = ("sampling", "window_counts")
 
 
-class TuningError(ValueError):
+class TuningError(SensorCepError, ValueError):
     """A configuration the harness will not run (unknown Spark key, wrong store for the query...)."""
 
 
@@ -324,9 +325,9 @@ def _query(name: str, events, settings: Settings):
 
     if name == "sampling":
         return sample_stream(events, settings)
-    window = F.window("event_time", settings.window_duration, settings.slide_duration)
+    window = F.window("event_time", settings.interval("window_duration"), settings.interval("slide_duration"))
     return (
-        events.withWatermark("event_time", settings.watermark_delay)
+        events.withWatermark("event_time", settings.interval("watermark_delay"))
         .groupBy(window.alias("w"), "device_id")
         .agg(
             F.count("*").alias("events"), F.min("sensor_freq").alias("min_freq"), F.max("sensor_freq").alias("max_freq")

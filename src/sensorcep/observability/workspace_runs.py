@@ -143,7 +143,9 @@ def runs_report(settings, client=None, limit: int = 10) -> pd.DataFrame:
     print(
         "saved",
         save_figure(
-            task_duration_plot(runs, f"Task durations of job {settings.job_id}'s recent runs"), "job_task_durations"
+            task_duration_plot(runs, f"Task durations of job {settings.job_id}'s recent runs"),
+            "job_task_durations",
+            settings,
         ),
     )
     return runs

@@ -25,7 +25,9 @@ from pyspark.sql import functions as F
 
 from sensorcep.io import delta, tables
 from sensorcep.io.kafka import read_kafka, sink_options, write_kafka
-from sensorcep.pipeline.streaming import materialized, query_conf, writer_id
+from sensorcep.pipeline import lateness
+from sensorcep.pipeline.parsing import KAFKA_COORDINATES, record_columns, seconds_interval
+from sensorcep.pipeline.streaming import materialized, query_conf
 from sensorcep.settings import Settings
 
 QUERY = "alerts"
@@ -201,15 +203,44 @@ def parse_json_records(raw: DataFrame, schema: str) -> DataFrame:
     )
 
 
-def escalation_stream(alerts: DataFrame, acks: DataFrame, settings: Settings) -> DataFrame:
-    """Alerts with no ack within ``ack_timeout`` of the event (emitted once the watermark passes that bound)."""
+def read_acks(spark: SparkSession, settings: Settings) -> DataFrame:
+    """The acks topic as acks (alert_id, acked_by, ack_time) with their record (key, value, Kafka coordinates) and
+    ``reason``: null for a usable ack, else why it is refused (not JSON with alert_id and ack_time, or an ack_time
+    further ahead of its record's Kafka timestamp than ``max_future``: an acknowledging client whose clock runs
+    ahead would move the escalation watermark, and with it close every other alert's deadline)."""
+    raw = read_kafka(spark, settings, settings.acks_topic)
+    parsed = raw.select(F.from_json(F.col("value").cast("string"), ACK_SCHEMA).alias("r"), *record_columns()).select(
+        "r.*", "key", "value", *KAFKA_COORDINATES
+    )
+    limit = F.col("kafka_timestamp") + seconds_interval(settings.max_future_seconds)
+    reason = F.when(
+        F.col("alert_id").isNull() | F.col("ack_time").isNull(),
+        F.lit("ack is not a JSON object with alert_id and ack_time"),
+    ).when(F.col("ack_time") > limit, F.lit(f"ack_time more than {settings.max_future} ahead of its Kafka timestamp"))
+    return parsed.select("*", reason.alias("reason"))
+
+
+def escalation_stream(alerts: DataFrame, acks: DataFrame, settings: Settings, *, keep_late: bool = False) -> DataFrame:
+    """Alerts with no ack within ``ack_timeout`` of the event (emitted once the watermark passes that bound).
+
+    ``acks``: :func:`read_acks`' rows; refused ones (``reason`` set) never reach the join. ``keep_late``: the stream
+    also carries the alerts too late for the join (they were alerted; only their escalation deadline had passed
+    when they arrived) and the refused acks, for :func:`lateness.late_event_writer` to keep them.
+    """
     alerts = alerts.where(F.col("alert_id").isNotNull() & F.col("event_time").isNotNull())
-    acks = acks.where(F.col("alert_id").isNotNull() & F.col("ack_time").isNotNull()).select(
+    usable = acks.where(F.col("reason").isNull()).select(
         F.col("alert_id").alias("ack_alert_id"), "acked_by", "ack_time"
     )
-    a = alerts.withWatermark("event_time", settings.watermark_delay)
-    k = acks.withWatermark("ack_time", settings.watermark_delay)
-    bound = F.expr(f"event_time + INTERVAL {settings.ack_timeout}")
+    a = alerts.withWatermark("event_time", settings.interval("watermark_delay"))
+    k = usable.withWatermark("ack_time", settings.interval("watermark_delay"))
+    escalated = _escalations(a, k, settings)
+    if not keep_late:
+        return escalated
+    return lateness.with_input(escalated, a, rejected=acks.where(F.col("reason").isNotNull()))
+
+
+def _escalations(a: DataFrame, k: DataFrame, settings: Settings) -> DataFrame:
+    bound = F.col("event_time") + seconds_interval(settings.ack_timeout_seconds)
     joined = a.join(
         k,
         (F.col("alert_id") == F.col("ack_alert_id"))
@@ -226,22 +257,28 @@ def escalation_stream(alerts: DataFrame, acks: DataFrame, settings: Settings) ->
 
 
 def write_escalations_batch(settings: Settings):
+    """foreachBatch: escalations -> ``alert_escalations``, one row per ``alert_id`` (MERGE, insert if new), and the
+    new ones to ``escalations_topic`` when set (at least once: a batch cut short between the two sends again)."""
     escalations = tables.table(settings, "alert_escalations")
 
     def write(batch: DataFrame, batch_id: int) -> None:
         columns = batch.columns + ["part_date"]
-        out = batch.select(
+        out = batch.dropDuplicates(["alert_id"]).select(
             "*",
             F.to_date("event_time").alias("part_date"),
             F.col("device_id").alias("key"),
             F.to_json(F.struct(*batch.columns)).alias("value"),
         )
         with materialized(out) as rows:
+            if rows.isEmpty():
+                return
+            spark = rows.sparkSession
+            if delta.table_exists(escalations, spark):
+                known = delta.read_table(spark, escalations).select("alert_id")
+                rows = rows.join(known, "alert_id", "left_anti")
             if settings.escalations_topic:
                 write_kafka(rows.select(["key", "value"]), settings, settings.escalations_topic)
-            delta.write_batch(
-                rows.select(columns), escalations, writer_id(settings, ESCALATION_QUERY), batch_id, ["part_date"]
-            )
+            delta.merge_new_rows(rows.select(columns), escalations, "alert_id", ["part_date"])
 
     return write
 
@@ -255,14 +292,15 @@ def start_escalations(spark: SparkSession, settings: Settings, *, wait: bool = T
     from sensorcep.pipeline.streaming import run_available_now, start_query
 
     alerts = read_alerts(spark, settings)
-    acks = parse_json_records(read_kafka(spark, settings, settings.acks_topic), ACK_SCHEMA)
+    acks = read_acks(spark, settings)
     runner = run_available_now if wait else start_query
     # read when the query starts, then kept in its checkpoint
+    writer = lateness.late_event_writer(settings, ESCALATION_QUERY, write_escalations_batch(settings))
     with query_conf(spark, {"spark.sql.streaming.multipleWatermarkPolicy": "max"}):
         return runner(
-            escalation_stream(alerts, acks, settings),
+            escalation_stream(alerts, acks, settings, keep_late=True),
             settings,
             ESCALATION_QUERY,
-            foreach_batch=write_escalations_batch(settings),
+            foreach_batch=writer,
             pool="alerts",
         )

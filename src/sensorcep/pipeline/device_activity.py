@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
+from sensorcep.pipeline import lateness
 from sensorcep.settings import Settings, parse_duration
 
 STATE_SCHEMA = "first_seen_ms long, last_seen_ms long, event_count long, online boolean"
@@ -98,12 +99,15 @@ class DeviceActivity(StatefulProcessor):
         pass
 
 
-def status_stream(events: DataFrame, settings: Settings) -> DataFrame:
-    """Parsed valid events -> ``device_status`` rows (status changes). Duplicates count once."""
+def status_stream(events: DataFrame, settings: Settings, *, keep_late: bool = False) -> DataFrame:
+    """Parsed valid events -> ``device_status`` rows (status changes). Duplicates count once.
+
+    ``keep_late``: the stream also carries the input rows, for :func:`lateness.late_event_writer`.
+    """
     timeout_ms = int(parse_duration(settings.device_timeout) * 1000)
+    timed = events.withWatermark("event_time", settings.interval("watermark_delay"))
     changes = (
-        events.withWatermark("event_time", settings.watermark_delay)
-        .dropDuplicatesWithinWatermark(["device_id", "event_time"])
+        timed.dropDuplicatesWithinWatermark(["device_id", "event_time"])
         .select("device_id", "event_time", F.unix_millis("event_time").alias("event_time_ms"))
         .groupBy("device_id")
         .transformWithStateInPandas(
@@ -113,7 +117,7 @@ def status_stream(events: DataFrame, settings: Settings) -> DataFrame:
             timeMode="EventTime",
         )
     )
-    return changes.select(
+    rows = changes.select(
         "device_id",
         "status_event",
         "status",
@@ -122,6 +126,7 @@ def status_stream(events: DataFrame, settings: Settings) -> DataFrame:
         F.timestamp_millis("last_seen_ms").alias("last_seen"),
         "event_count",
     )
+    return lateness.with_input(rows, timed) if keep_late else rows
 
 
 def current_status(status: DataFrame) -> DataFrame:
@@ -147,6 +152,9 @@ def start_device_activity(spark, settings: Settings, *, wait: bool = True, event
     from sensorcep.pipeline.streaming import run_available_now, start_query, writer_id
 
     events = events if events is not None else bronze_event_stream(spark, settings)
-    writer = delta.batch_writer(tables.table(settings, "device_status"), lambda: writer_id(settings, QUERY))
+    status = delta.batch_writer(tables.table(settings, "device_status"), lambda: writer_id(settings, QUERY))
+    writer = lateness.late_event_writer(settings, QUERY, status)
     runner = run_available_now if wait else start_query
-    return runner(status_stream(events, settings), settings, QUERY, foreach_batch=writer, pool="sampling")
+    return runner(
+        status_stream(events, settings, keep_late=True), settings, QUERY, foreach_batch=writer, pool="sampling"
+    )

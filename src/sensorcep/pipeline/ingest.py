@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from sensorcep.errors import SensorCepError
 from sensorcep.io import delta, tables
-from sensorcep.io.kafka import read_kafka
+from sensorcep.io.kafka import read_kafka, topic_partitions
 from sensorcep.pipeline.parsing import parse_events, quarantine_rows
-from sensorcep.pipeline.streaming import run_available_now, start_query, writer_id
+from sensorcep.pipeline.streaming import checkpoint_exists, run_available_now, start_query
 from sensorcep.settings import Settings
 
 QUERY = "ingest"
@@ -19,22 +22,14 @@ BRONZE_COLUMNS = ["device_id", "sensor_freq", "event_time", "topic", "partition"
 
 
 def bronze_stream(raw: DataFrame, settings: Settings, devices: DataFrame | None = None) -> DataFrame:
-    """Parsed records, deduplicated, in one pass over Kafka: valid events and quarantine rows together.
+    """Parsed records, valid events and quarantine rows together: stateless, no watermark.
 
-    Duplicates are re-deliveries, so they are recognised within ``watermark_delay`` of *arrival*
-    (the Kafka timestamp, which every record has, valid or not): bronze keeps every valid event,
-    including ones too late for the event-time operators downstream, and a bad record is keyed by
-    its Kafka coordinates so it is never merged with another.
+    Deduplication happens in each micro-batch against ``bronze_events`` itself (:func:`write_ingest_batch`), not with
+    a watermark on the Kafka timestamp: that timestamp is the producer's clock, and a watermark on it silently drops
+    every record stamped before the fastest clock in the fleet.
     """
-    parsed = parse_events(raw, settings)
-    dedup_key = F.when(
-        F.col("reason").isNull(), F.concat_ws("|", "device_id", F.col("event_time").cast("string"))
-    ).otherwise(F.concat_ws("|", F.lit("bad"), "topic", "partition", "offset"))
-    stream = (
-        parsed.withColumn("_dedup_key", dedup_key)
-        .withWatermark("kafka_timestamp", settings.watermark_delay)
-        .dropDuplicatesWithinWatermark(["_dedup_key"])
-        .select(*BRONZE_COLUMNS, *settings.extra_field_names, "reason", F.col("value").alias("raw_value"))
+    stream = parse_events(raw, settings).select(
+        *BRONZE_COLUMNS, *settings.extra_field_names, "reason", F.col("value").alias("raw_value")
     )
     if devices is not None:
         stream = stream.join(F.broadcast(devices), "device_id", "left")
@@ -55,7 +50,7 @@ def valid_event_stream(spark: SparkSession, settings: Settings) -> DataFrame:
     return valid_events(read_kafka(spark, settings, settings.events_topic), settings)
 
 
-class BronzeMissingError(RuntimeError):
+class BronzeMissingError(SensorCepError, RuntimeError):
     """``bronze_events`` does not exist yet: 01 ingest has not run."""
 
 
@@ -87,33 +82,143 @@ def bronze_event_stream(spark: SparkSession, settings: Settings) -> DataFrame:
     return delta.read_stream(spark, bronze).select(*EVENT_FIELDS)
 
 
+#: an event's identity: a second record with the same key is a duplicate of the first
+EVENT_KEY = ["device_id", "event_time"]
+COORDINATES = ["topic", "partition", "offset"]
+#: the columns of ``duplicate_events``: the record, and the bronze event it repeats
+DUPLICATE_COLUMNS = [
+    "device_id",
+    "event_time",
+    "sensor_freq",
+    "topic",
+    "partition",
+    "offset",
+    "kafka_timestamp",
+    "duplicate_of_partition",
+    "duplicate_of_offset",
+    "ingest_time",
+    "part_date",
+]
+
+
 def write_ingest_batch(settings: Settings, extra_columns: list[str]):
-    bronze, quarantine = tables.table(settings, "bronze_events"), tables.table(settings, "quarantine_events")
+    """foreachBatch of ingest: every record of the batch ends in exactly one of three tables.
+
+    * ``quarantine_events``: bad records, with the reason;
+    * ``bronze_events``: the first record of each event key (device_id, event_time) that bronze does not hold yet;
+    * ``duplicate_events``: every other valid record, with the Kafka coordinates of the bronze record it repeats.
+
+    Which records are new is decided by one left join of the batch with bronze's keys and coordinates, restricted to
+    the batch's event-time range (Delta skips the files and ``part_date`` partitions outside it). A record whose own
+    coordinates are in bronze was written by an earlier attempt of this batch (a replay): it goes nowhere again, so
+    the three writes are idempotent without writer ids, also across a checkpoint reset. Quarantine and duplicates are
+    merged on Kafka coordinates first; bronze is appended last, so bronze's highest offset per partition marks
+    completed batches (:func:`resume_offsets`).
+    """
+    bronze = tables.table(settings, "bronze_events")
+    quarantine = tables.table(settings, "quarantine_events")
+    duplicates = tables.table(settings, "duplicate_events")
+    columns = [*BRONZE_COLUMNS, *settings.extra_field_names, *extra_columns, "ingest_time", "part_date"]
 
     def write(batch: DataFrame, batch_id: int) -> None:
         batch = batch.withColumn("ingest_time", F.current_timestamp()).persist()
-        batch.count()  # computed once, whole (the dedup state commits even if Delta skips a replayed batch)
         try:
-            good = batch.where(F.col("reason").isNull()).select(
-                *BRONZE_COLUMNS,
-                *settings.extra_field_names,
-                *extra_columns,
-                "ingest_time",
-                F.to_date("event_time").alias("part_date"),
-            )
-            delta.write_batch(good, bronze, writer_id(settings, QUERY, "bronze"), batch_id, ["part_date"], cache=False)
             bad = quarantine_rows(
                 batch.where(F.col("reason").isNotNull())
                 .withColumnRenamed("raw_value", "value")
                 .withColumn("key", F.lit(None).cast("binary"))
             )
-            delta.write_batch(
-                bad, quarantine, writer_id(settings, QUERY, "quarantine"), batch_id, ["part_date"], cache=False
-            )
+            delta.merge_new_rows(bad, quarantine, COORDINATES, ["part_date"], target_filter=_dates_of(bad))
+            good = batch.where(F.col("reason").isNull()).withColumn("part_date", F.to_date("event_time"))
+            span = good.agg(F.min("event_time").alias("lo"), F.max("event_time").alias("hi")).first()
+            if span["lo"] is None:
+                return
+            judged = _judge(good, bronze, span["lo"], span["hi"]).persist()
+            try:
+                dups = judged.where("_duplicate").select(*DUPLICATE_COLUMNS)
+                delta.merge_new_rows(dups, duplicates, COORDINATES, ["part_date"], target_filter=_dates_of(dups))
+                new = judged.where("_new").select(*columns)
+                if not new.isEmpty():
+                    delta.write_table(new, bronze, "append", ["part_date"])
+            finally:
+                judged.unpersist()
         finally:
             batch.unpersist()
 
     return write
+
+
+def _judge(good: DataFrame, bronze: tables.Table, lo, hi) -> DataFrame:
+    """The batch's valid records with ``_new`` (to append to bronze) and ``_duplicate`` (+ whose duplicate)."""
+    first = Window.partitionBy(*EVENT_KEY).orderBy(*COORDINATES)
+    ranked = good.select(
+        "*",
+        F.row_number().over(first).alias("_copy"),
+        F.first("partition").over(first).alias("_first_partition"),
+        F.first("offset").over(first).alias("_first_offset"),
+    )
+    spark = good.sparkSession
+    if delta.table_exists(bronze, spark):
+        held = (
+            delta.read_table(spark, bronze)
+            .where(F.col("part_date").between(F.to_date(F.lit(lo)), F.to_date(F.lit(hi))))
+            .where(F.col("event_time").between(F.lit(lo), F.lit(hi)))
+            .select(
+                *EVENT_KEY,
+                F.col("topic").alias("_b_topic"),
+                F.col("partition").alias("_b_partition"),
+                F.col("offset").alias("_b_offset"),
+            )
+        )
+        ranked = ranked.join(held, EVENT_KEY, "left")
+    else:
+        ranked = ranked.select("*", *[F.lit(None).alias(c) for c in ("_b_topic", "_b_partition", "_b_offset")])
+    in_bronze = F.col("_b_offset").isNotNull()
+    itself = (
+        in_bronze
+        & (F.col("_b_topic") == F.col("topic"))
+        & (F.col("_b_partition") == F.col("partition"))
+        & (F.col("_b_offset") == F.col("offset"))
+    )
+    return ranked.select(
+        "*",
+        (~in_bronze & (F.col("_copy") == 1)).alias("_new"),
+        ((in_bronze & ~itself) | (~in_bronze & (F.col("_copy") > 1))).alias("_duplicate"),
+        F.coalesce("_b_partition", "_first_partition").alias("duplicate_of_partition"),
+        F.coalesce("_b_offset", "_first_offset").alias("duplicate_of_offset"),
+    )
+
+
+def _dates_of(rows: DataFrame) -> str:
+    """A MERGE condition on the target's ``part_date``: the partitions ``rows`` fall in (so the rest is skipped)."""
+    dates = sorted({r["part_date"] for r in rows.select("part_date").distinct().collect() if r["part_date"]})
+    if not dates:
+        return "t.part_date IS NULL"
+    return "t.part_date IN (" + ", ".join(f"DATE'{d.isoformat()}'" for d in dates) + ")"
+
+
+def resume_offsets(spark: SparkSession, settings: Settings) -> str:
+    """Where a NEW ingest checkpoint starts reading: after the last record of each partition bronze holds.
+
+    Bronze is written last in each batch, so its highest offset per partition ends a completed batch; records after it
+    (a batch that was cut short) are read again, and the idempotent writes add nothing for the ones already kept.
+    Partitions bronze knows nothing of start at the earliest record. ``earliest`` when bronze does not exist.
+    """
+    bronze = tables.table(settings, "bronze_events")
+    if not delta.table_exists(bronze, spark):
+        return "earliest"
+    held = (
+        delta.read_table(spark, bronze)
+        .where(F.col("topic") == settings.events_topic)
+        .groupBy("partition")
+        .agg(F.max("offset").alias("last"))
+        .collect()
+    )
+    if not held:
+        return "earliest"
+    last = {int(row["partition"]): int(row["last"]) for row in held}
+    partitions = set(topic_partitions(settings, settings.events_topic)) | set(last)
+    return json.dumps({settings.events_topic: {str(p): last[p] + 1 if p in last else -2 for p in sorted(partitions)}})
 
 
 def quarantine_reasons(spark: SparkSession, settings: Settings) -> pd.DataFrame:
@@ -131,9 +236,15 @@ def load_devices(spark: SparkSession, settings: Settings) -> DataFrame | None:
 
 
 def start_ingest(spark: SparkSession, settings: Settings, *, wait: bool = True):
-    """Run (availableNow: to the end of the topic) or start (interval trigger) the ingest query."""
+    """Run (availableNow: to the end of the topic) or start (interval trigger) the ingest query.
+
+    A new checkpoint (first run, or after a reset) starts after the records bronze already holds
+    (:func:`resume_offsets`), not at the start of the topic.
+    """
     devices = load_devices(spark, settings)
     extra = [c for c in devices.columns if c != "device_id"] if devices is not None else []
-    stream = bronze_stream(read_kafka(spark, settings, settings.events_topic), settings, devices)
+    starting = "earliest" if checkpoint_exists(settings, QUERY) else resume_offsets(spark, settings)
+    raw = read_kafka(spark, settings, settings.events_topic, starting_offsets=starting)
+    stream = bronze_stream(raw, settings, devices)
     runner = run_available_now if wait else start_query
     return runner(stream, settings, QUERY, foreach_batch=write_ingest_batch(settings, extra))

@@ -6,10 +6,10 @@ null) or a quarantine row with the first check it failed; nothing is dropped.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from sensorcep.settings import Settings, parse_duration
+from sensorcep.settings import Settings
 
 EVENT_COLUMNS = ["device_id", "sensor_freq", "event_time"]
 KAFKA_COORDINATES = ["topic", "partition", "offset", "kafka_timestamp"]
@@ -27,27 +27,33 @@ def _future_limit(settings: Settings):
     (re)processed, and no per-batch literal (current_timestamp) makes Spark regenerate this code every
     micro-batch. Records without a timestamp get no bound.
     """
-    max_future_s = int(parse_duration(settings.max_future))
+    max_future_s = settings.max_future_seconds
     kafka_ts = F.col("kafka_timestamp")
     return F.when(
         kafka_ts > F.lit("1971-01-01").cast("timestamp"),
-        kafka_ts + F.expr(f"make_interval(0, 0, 0, 0, 0, 0, {max_future_s})"),
+        kafka_ts + seconds_interval(max_future_s),
     )
+
+
+def seconds_interval(seconds: int) -> Column:
+    """A literal interval of whole seconds, built from a validated number (never from a setting's text), that
+    Spark can read as a join's time bound."""
+    return F.expr(f"INTERVAL {int(seconds)} SECONDS")
+
+
+def record_columns() -> list[Column]:
+    """A Kafka row's record as this project keeps it: key, value, topic, partition, offset, ``kafka_timestamp``."""
+    return [F.col(name) for name in ("key", "value", "topic", "partition", "offset")] + [
+        F.col("timestamp").alias("kafka_timestamp")
+    ]
 
 
 def _stage(raw: DataFrame, settings: Settings) -> DataFrame:
     """Kafka rows + the typed fast parse (``_j``, ``_t``) and ``_ok``: the fast path vouches for the row."""
     future_limit = _future_limit(settings)
     fast = F.from_json(F.col("value").cast("string"), FAST_SCHEMA, {"columnNameOfCorruptRecord": "_corrupt"})
-    staged = raw.select(
-        "key",
-        "value",
-        "topic",
-        "partition",
-        "offset",
-        F.col("timestamp").alias("kafka_timestamp"),
-        fast.alias("_j"),
-    ).select("*", F.expr("try_cast(_j.event_time as timestamp)").alias("_t"))
+    staged = raw.select(*record_columns(), fast.alias("_j"))
+    staged = staged.select("*", F.expr("try_cast(_j.event_time as timestamp)").alias("_t"))
     j = lambda name: F.col(f"_j.{name}")  # noqa: E731
     dev = j("device_id")
     fast_ok = (  # cheap checks only (no regex): anything doubtful takes the exact VARIANT path

@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
+from sensorcep.pipeline import lateness
 from sensorcep.settings import Settings
 
 ORDER = ["event_time_us", "device_id", "sensor_freq"]
@@ -209,8 +210,12 @@ class WindowSampler(StatefulProcessor):
 
 def scoped_events(events: DataFrame, settings: Settings) -> DataFrame:
     """Valid events with a watermark on event_time, each once, with the processor's key (``scope``)."""
+    return _scoped(events.withWatermark("event_time", settings.interval("watermark_delay")), settings)
+
+
+def _scoped(timed: DataFrame, settings: Settings) -> DataFrame:
     scope = F.lit("all") if settings.sample_scope == "window" else F.col("device_id")
-    return events.withWatermark("event_time", settings.watermark_delay).select(
+    return timed.select(
         scope.alias("scope"),
         "device_id",
         "sensor_freq",
@@ -219,11 +224,16 @@ def scoped_events(events: DataFrame, settings: Settings) -> DataFrame:
     )
 
 
-def sample_stream(events: DataFrame, settings: Settings) -> DataFrame:
-    """Parsed valid events -> the rows of ``sensor_samples`` (a window's rows appear once it closes)."""
+def sample_stream(events: DataFrame, settings: Settings, *, keep_late: bool = False) -> DataFrame:
+    """Parsed valid events -> the rows of ``sensor_samples`` (a window's rows appear once it closes).
+
+    ``keep_late``: the stream also carries the input rows, for :func:`lateness.late_event_writer` to keep the ones
+    too late for the windows (see :mod:`sensorcep.pipeline.lateness`).
+    """
     sampler = WindowSampler(settings.window_seconds * 1000, settings.slide_seconds * 1000, settings.anomaly_threshold)
+    timed = events.withWatermark("event_time", settings.interval("watermark_delay"))
     sampled = (
-        scoped_events(events, settings)
+        _scoped(timed, settings)
         .groupBy("scope")
         .transformWithStateInPandas(
             statefulProcessor=sampler,
@@ -232,7 +242,8 @@ def sample_stream(events: DataFrame, settings: Settings) -> DataFrame:
             timeMode="EventTime",
         )
     )
-    return to_sample_rows(sampled)
+    rows = to_sample_rows(sampled)
+    return lateness.with_input(rows, timed) if keep_late else rows
 
 
 def to_sample_rows(processor_output: DataFrame) -> DataFrame:
@@ -264,12 +275,14 @@ def start_sampling(spark, settings: Settings, *, wait: bool = True, events: Data
     from sensorcep.pipeline.streaming import query_conf, run_available_now, start_query, writer_id
 
     events = events if events is not None else bronze_event_stream(spark, settings)
-    writer = delta.batch_writer(
+    samples = delta.batch_writer(
         tables.table(settings, "sensor_samples"), lambda: writer_id(settings, QUERY), ["part_date"]
     )
+    writer = lateness.late_event_writer(settings, QUERY, samples)
+    stream = sample_stream(events, settings, keep_late=True)
     runner = run_available_now if wait else start_query
     with query_conf(spark, state_partitions(spark, settings)):
-        return runner(sample_stream(events, settings), settings, QUERY, foreach_batch=writer, pool="sampling")
+        return runner(stream, settings, QUERY, foreach_batch=writer, pool="sampling")
 
 
 def state_partitions(spark, settings: Settings) -> dict[str, str]:

@@ -7,14 +7,20 @@ Spark's own: everything the sources hold at start, in ``maxOffsetsPerTrigger``-s
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
+import os
+import socket
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from sensorcep.errors import SensorCepError
 from sensorcep.runtime import classic_context, session_key, set_trigger
 from sensorcep.settings import Settings, parse_trigger
 
@@ -49,11 +55,13 @@ def start_query(
     """Start ``df`` as the project's query ``query``: into ``foreach_batch``, or a ``sink`` = (format, options).
 
     A real-time trigger (``realtime[:interval]``) runs in update mode, the only one real-time mode takes (for a
-    stateless query it writes the same rows as append).
+    stateless query it writes the same rows as append), on a checkpoint of its own (``<query>-realtime``): runtimes
+    refuse a micro-batch run's checkpoint in real-time mode.
     """
     trigger = trigger or settings.trigger
     trigger_kwargs = parse_trigger(trigger)
-    if "realTime" in trigger_kwargs:
+    realtime = "realTime" in trigger_kwargs
+    if realtime:
         output_mode = "update"
     spark = df.sparkSession
     context = scheduler_pool_context(spark) if pool else None
@@ -62,16 +70,22 @@ def start_query(
     from sensorcep.observability.monitoring import ensure_progress_listener
 
     ensure_progress_listener(spark, settings, query)
+    claim = claim_checkpoint(settings, query, realtime=realtime)
     writer = (
         df.writeStream.queryName(settings.query_name(query))
-        .option("checkpointLocation", settings.checkpoint_path(query))
+        .option("checkpointLocation", settings.checkpoint_path(query, realtime=realtime))
         .outputMode(output_mode)
     )
     if foreach_batch is not None:
         writer = writer.foreachBatch(foreach_batch)
     if sink is not None:
         writer = writer.format(sink[0]).options(**sink[1])
-    started = set_trigger(writer, trigger_kwargs).start()
+    try:
+        started = set_trigger(writer, trigger_kwargs).start()
+    except BaseException:
+        claim.release()
+        raise
+    claim.query = started
     if context is not None:
         context.setLocalProperty("spark.scheduler.pool", None)
     return started
@@ -89,17 +103,18 @@ def finish(
         raise explain_failure(query, error) from error
     if query.exception() is not None:
         raise explain_failure(query, query.exception())
+    release_checkpoints()
     from sensorcep.observability.monitoring import flush_progress
 
     flush_progress(SparkSession.active(), settings, query)
     return query
 
 
-class CheckpointMismatchError(RuntimeError):
+class CheckpointMismatchError(SensorCepError, RuntimeError):
     """A query restarted on a checkpoint that another source wrote."""
 
 
-class DataLossError(RuntimeError):
+class DataLossError(SensorCepError, RuntimeError):
     """Kafka records were deleted before a query read them; the query stopped instead of skipping them."""
 
 
@@ -116,7 +131,8 @@ def explain_failure(query: StreamingQuery, error: BaseException) -> BaseExceptio
         return CheckpointMismatchError(
             f"query {query.name}: its checkpoint ({query.name} under checkpoints/) was written for another source; "
             f"since the medallion change, 02's queries read bronze_events, not Kafka. Start them from a new "
-            f"checkpoint: delete that checkpoint folder (the Delta writes stay idempotent), or set query_suffix."
+            f"checkpoint: delete that checkpoint folder (the new query reads bronze from its start and emits every "
+            f"window bronze holds again: empty the query's output table first, or set query_suffix and a new schema)."
         )
     if not any(marker in text for marker in DATA_LOSS_MARKERS):
         return error
@@ -128,6 +144,85 @@ def explain_failure(query: StreamingQuery, error: BaseException) -> BaseExceptio
         f"accept_data_loss=true (stream_progress.kafka_records_skipped counts them); to keep everything, restore the "
         f"records first."
     )
+
+
+class ConcurrentWriterError(SensorCepError, RuntimeError):
+    """A query was started on a checkpoint another running query writes: one writer per checkpoint."""
+
+
+@dataclass
+class CheckpointClaim:
+    """This process's claim on a checkpoint (an exclusive ``flock`` on ``<checkpoint>.lock``), held while its query
+    runs. The operating system drops it when the process ends, however it ends (kill -9 included)."""
+
+    path: str
+    handle: object
+    query: StreamingQuery | None = None
+
+    def release(self) -> None:
+        _claims.pop(self.path, None)
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+        finally:
+            self.handle.close()
+
+
+_claims: dict[str, CheckpointClaim] = {}
+
+
+def claim_checkpoint(settings: Settings, query: str, *, realtime: bool = False) -> CheckpointClaim:
+    """Claim the query's checkpoint for this process, or raise :class:`ConcurrentWriterError` naming the process that
+    runs it. Two writers on one checkpoint corrupt it (Databricks and Spark both say: never share a checkpoint).
+
+    Locks work where the checkpoint is a local or FUSE-mounted folder (the laptop, ``/Volumes``); elsewhere the
+    claim is a no-op and the deployment's rule (one job per checkpoint, see the bundle) is the only guard.
+    """
+    release_checkpoints()
+    checkpoint = settings.checkpoint_path(query, realtime=realtime)
+    path = checkpoint.rstrip("/") + ".lock"
+    held = _claims.get(path)
+    if held is not None:  # this process: a query of this checkpoint still runs
+        raise ConcurrentWriterError(
+            f"query {settings.query_name(query)} is already running in this process; stop it before starting it "
+            "again (one writer per checkpoint)"
+        )
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        handle = open(path, "a+")  # noqa: SIM115 - held open for as long as the query runs
+    except OSError:
+        return CheckpointClaim(path, open(os.devnull))  # noqa: SIM115 - not a local folder: nothing to lock
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise ConcurrentWriterError(
+            f"query {settings.query_name(query)} is already running: {holder} writes its checkpoint "
+            f"{checkpoint}; stop that run first (one writer per checkpoint)"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"process {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    handle.flush()
+    claim = _claims[path] = CheckpointClaim(path, handle)
+    return claim
+
+
+def release_checkpoints() -> None:
+    """Release this process's claims whose query has stopped."""
+    for claim in list(_claims.values()):
+        if claim.query is not None and not claim.query.isActive:
+            claim.release()
+
+
+def checkpoint_exists(settings: Settings, query: str) -> bool:
+    """Whether the query has a checkpoint with at least one planned batch (a restart resumes from it)."""
+    offsets = f"{settings.checkpoint_path(query)}/offsets"
+    try:
+        return os.path.isdir(offsets) and any(name.isdigit() for name in os.listdir(offsets))
+    except OSError:
+        return False
 
 
 def writer_id(settings: Settings, query: str, sink: str = "") -> str:
@@ -213,7 +308,6 @@ def stop_when_caught_up(
     A real-time-mode query reports progress once per checkpoint interval, so this returns within about one
     interval of the query catching up. Raises the query's error if it failed, TimeoutError if it never caught up.
     """
-    import time
 
     from sensorcep.observability.monitoring import offsets_behind
 

@@ -1,0 +1,113 @@
+"""Events too late for an event-time operator: kept in ``late_events``, never dropped silently.
+
+A stateful operator behind a watermark drops, as too late, every input row whose event time is at or before the
+watermark of the previous micro-batch (Spark's late-row filter; Spark only counts them in
+``numRowsDroppedByWatermark``). :func:`with_input` unions the operator's output with its own input rows, and
+:func:`late_event_writer`'s ``foreachBatch`` keeps the input rows Spark's filter removed, with the watermark they
+missed and by how much, in ``late_events``; the operator's output goes to its own writer as before.
+
+The watermark is read from the query's offset log (``offsets/<batch - 1>``, ``batchWatermarkMs``): the value
+Spark itself used for the batch, also when the batch is replayed after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sensorcep.io import delta, tables
+from sensorcep.pipeline import parsing
+from sensorcep.pipeline.streaming import writer_id
+from sensorcep.settings import Settings
+
+#: the input fields a late row keeps
+EVENT_FIELDS = ["device_id", "sensor_freq", "event_time"]
+#: what a rejected input record carries to ``quarantine_events``
+QUARANTINE_INPUT = ["key", "value", *parsing.KAFKA_COORDINATES, "reason"]
+#: the columns of ``late_events``
+LATE_COLUMNS = [
+    "query",
+    "device_id",
+    "sensor_freq",
+    "event_time",
+    "watermark",
+    "late_by_s",
+    "batch_id",
+    "part_date",
+]
+
+
+def with_input(
+    output: DataFrame, events: DataFrame, fields: list[str] = EVENT_FIELDS, rejected: DataFrame | None = None
+) -> DataFrame:
+    """The operator's ``output`` and its input ``events`` (the stream behind its watermark) in one stream:
+    ``_out`` (a struct of an output row, or null), ``_in`` (a struct of the input ``fields``, or null) and, with
+    ``rejected`` (input records refused before the operator, in :func:`parsing.quarantine_rows`' input columns:
+    key, value, Kafka coordinates, reason), ``_bad``."""
+    branches = [
+        output.select(F.struct(*output.columns).alias("_out")),
+        events.select(F.struct(*fields).alias("_in")),
+    ]
+    if rejected is not None:
+        branches.append(rejected.select(F.struct(*QUARANTINE_INPUT).alias("_bad")))
+    names = [b.columns[0] for b in branches]
+    types = {b.columns[0]: b.schema[b.columns[0]].dataType for b in branches}
+    typed = [
+        b.select(*[F.col(n) if n == b.columns[0] else F.lit(None).cast(types[n]).alias(n) for n in names])
+        for b in branches
+    ]
+    union = typed[0]
+    for branch in typed[1:]:
+        union = union.unionByName(branch)
+    return union
+
+
+def late_event_writer(settings: Settings, query: str, write_output: Callable[[DataFrame, int], None]):
+    """``foreachBatch`` over :func:`with_input`'s stream: output rows to ``write_output``, late input rows (event time
+    at or before the watermark Spark's late-row filter used in this batch) to ``late_events``, exactly once; rejected
+    records, if the stream has them, to ``quarantine_events`` (merged on their Kafka coordinates)."""
+    late_events = tables.table(settings, "late_events")
+    quarantine = tables.table(settings, "quarantine_events")
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        mark_ms = late_watermark_ms(batch.sparkSession, settings, query, batch_id)
+        mark = F.timestamp_millis(F.lit(mark_ms))
+        keep = F.col("_out").isNotNull() | (F.col("_in.event_time") <= mark)
+        if "_bad" in batch.columns:
+            keep = keep | F.col("_bad").isNotNull()
+        kept = batch.where(keep).persist()
+        try:
+            kept.count()  # every partition computed once: the operator's state commits here
+            write_output(kept.where(F.col("_out").isNotNull()).select("_out.*"), batch_id)
+            late = kept.where(F.col("_in").isNotNull()).select(
+                F.lit(settings.query_name(query)).alias("query"),
+                *[F.col(f"_in.{name}").alias(name) for name in EVENT_FIELDS],
+                mark.alias("watermark"),
+                ((F.lit(mark_ms * 1000) - F.unix_micros("_in.event_time")) / 1e6).alias("late_by_s"),
+                F.lit(batch_id).cast("long").alias("batch_id"),
+                F.to_date("_in.event_time").alias("part_date"),
+            )
+            delta.write_batch(late, late_events, writer_id(settings, query, "late"), batch_id, ["part_date"])
+            if "_bad" in kept.columns:
+                bad = parsing.quarantine_rows(kept.where(F.col("_bad").isNotNull()).select("_bad.*"))
+                delta.merge_new_rows(bad, quarantine, ["topic", "partition", "offset"], ["part_date"])
+        finally:
+            kept.unpersist()
+
+    return write
+
+
+def late_watermark_ms(spark: SparkSession, settings: Settings, query: str, batch_id: int) -> int:
+    """The watermark of Spark's late-row filter in ``batch_id``: the previous batch's (0 for the first batch)."""
+    if batch_id == 0:
+        return 0
+    path = f"{settings.checkpoint_path(query)}/offsets/{batch_id - 1}"
+    try:
+        with open(path) as handle:  # local paths and Unity Catalog volumes (/Volumes/...)
+            lines = handle.read().splitlines()
+    except OSError:  # other file systems: through Spark
+        lines = [row[0] for row in spark.read.text(path).collect()]
+    return int(json.loads(lines[1]).get("batchWatermarkMs", 0))
