@@ -33,6 +33,7 @@ from sensorcep.local import broker
 from sensorcep.observability.monitoring import stop_session
 from sensorcep.pipeline import alerts, sampling
 from sensorcep.pipeline.ingest import valid_event_stream
+from sensorcep.pipeline.streaming import stop_queries
 from sensorcep.runtime import get_spark
 from sensorcep.settings import Settings, env_settings
 
@@ -152,9 +153,7 @@ def measure_on(spark, settings: Settings, rate: int, trigger: str, seconds: floa
     consumer.join()
     batches = [p for p in query.recentProgress if p.numInputRows]
     failed = query.exception()
-    for running in (query, beside):
-        if running is not None:
-            running.stop()
+    stop_queries([q for q in (query, beside) if q is not None])  # quietly: a clean stop is not an error
     if failed is not None:
         raise failed
     got = [k for k in sent if k in received]

@@ -44,8 +44,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from sensorcep import runtime
-from sensorcep.observability import tuning
+from sensorcep import runtime, tuning
+from sensorcep.local import session
 from sensorcep.pipeline.sampling import (
     PROCESSOR_OUTPUT,
     WindowSampler,
@@ -59,7 +59,7 @@ WINDOW_S, SLIDE_S, DELAY_S = 60, 30, 30
 RATES = {"sparse": 100, "dense": 1_000}
 STATE_LIST = "device_id array<string>, sensor_freq array<double>, event_time_us array<bigint>"
 SETTINGS = Settings()
-CORES = runtime.local_spark_conf()["spark.sql.shuffle.partitions"]
+CORES = session.local_spark_conf()["spark.sql.shuffle.partitions"]
 
 
 # ------------------------------------------------------------------------------ workload

@@ -36,17 +36,14 @@ import psutil  # noqa: E402
 from alert_latency import produce_steady  # noqa: E402 - the same steady producer, in its own process
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
-from sensorcep import alerts, broker, device_activity, ingest, sampling  # noqa: E402
+from sensorcep.local import broker  # noqa: E402
+from sensorcep.pipeline import queries as registry  # noqa: E402
+from sensorcep.pipeline.ingest import wait_for_bronze  # noqa: E402
 from sensorcep.runtime import get_spark  # noqa: E402
 from sensorcep.settings import env_settings, parse_duration  # noqa: E402
 
-STARTERS = {
-    "ingest": ingest.start_ingest,
-    "sampling": sampling.start_sampling,
-    "device_activity": device_activity.start_device_activity,
-    "alerts": alerts.start_alerts,
-    "anomalies": alerts.start_anomalies,
-}
+#: the declared queries (the registry) but escalations, which needs an acks stream this soak does not produce
+STARTERS = {name: q for name, q in registry.registry().items() if name != "escalations"}
 
 
 class CpuMeter:
@@ -167,8 +164,12 @@ def soak(args, settings, run: str) -> None:
         daemon=True,
         args=(settings.kafka_bootstrap_servers, settings.events_topic, args.rate, args.minutes * 60, out),
     )
-    queries = [STARTERS[name](spark, settings, wait=False) for name in args.queries.split(",")]
     producer.start()
+    queries = []
+    for name in args.queries.split(","):  # in pipeline order: a bronze reader starts once ingest has created bronze
+        if STARTERS[name].reads_bronze:
+            wait_for_bronze(spark, settings)
+        queries.append(STARTERS[name].start(spark, settings, wait=False))
     cpu = CpuMeter(producer.pid)
     print(
         f"soak: {args.rate:,} events/s for {args.minutes} min; trigger {args.trigger}, alerts {args.alerts_trigger}; "

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/state_tuning.py                 # full matrix (about 15 minutes on 2 cores)
     .venv/bin/python benchmarks/state_tuning.py --preset quick  # the CI / job smoke matrix
 
-Prints the tidy table of ``sensorcep.observability.tuning.run_matrix`` (same code as the notebook), the p95 commit-time
+Prints the tidy table of ``sensorcep.tuning.run_matrix`` (same code as the notebook), the p95 commit-time
 ratios of RocksDB + changelog checkpointing against plain RocksDB and the HDFS store measured in the same
 run, and the recommendation. ``--save`` also appends the table to Delta ``tuning_results``.
 """
@@ -15,8 +15,7 @@ import tempfile
 
 import pandas as pd
 
-from sensorcep import runtime
-from sensorcep.observability import tuning
+from sensorcep import runtime, tuning
 from sensorcep.settings import env_settings
 
 

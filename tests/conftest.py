@@ -81,7 +81,8 @@ def pytest_sessionfinish(session, exitstatus):
 def spark():
     """The test session; it also serves Spark Connect on ``CONNECT_PORT`` (the variable is set only while it starts:
     the notebooks' kernels start their own sessions and must not bind the port again)."""
-    from sensorcep.runtime import CONNECT_PORT_ENV, get_spark
+    from sensorcep.local.session import CONNECT_PORT_ENV
+    from sensorcep.runtime import get_spark
 
     os.environ[CONNECT_PORT_ENV] = str(CONNECT_PORT)
     try:

@@ -69,7 +69,7 @@ def _expected_alert_ids(sim) -> set[str]:
     }
 
 
-def test_always_on_job_runs_stops_and_resumes_without_loss_or_doubles(spark, settings):
+def test_always_on_job_runs_stops_and_resumes_without_loss_or_doubles(spark, settings, capfd):
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic, settings.acks_topic])
     first = simulator.generate(
         simulator.SimulationConfig(events=3_000, devices=20, seed=51, start=T0, rate=50, anomaly_share=0.03)
@@ -84,6 +84,8 @@ def test_always_on_job_runs_stops_and_resumes_without_loss_or_doubles(spark, set
     )
     assert not any(q.isActive for q in queries), "stopped cleanly"
     assert lines[-1].startswith("✔ stopped 6 queries")
+    console = capfd.readouterr()  # the JVM's console too: the real-time query's interrupted Kafka writes
+    assert not [line for line in console.err.splitlines() if " ERROR " in line], "a clean stop prints no ERROR line"
     bronze_after_first = len(delta_frame(settings.table_path("bronze_events")))
     assert bronze_after_first == len(first.distinct_valid)
 

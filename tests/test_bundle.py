@@ -18,7 +18,7 @@ from databricks.bundles.schemas import Schema
 from databricks.bundles.volumes import Volume
 
 from sensorcep.local import jobs
-from sensorcep.pipeline import always_on
+from sensorcep.pipeline import queries
 from sensorcep.settings import PROJECT_ROOT, parameter_names
 
 ROOT_YAML = yaml.safe_load((PROJECT_ROOT / "databricks.yml").read_text())
@@ -138,8 +138,8 @@ def _query_starters(job_key: str) -> set[str]:
         if task.notebook is not None:
             sources = [c.source for c in nbformat.read(task.notebook, as_version=4).cells if c.cell_type == "code"]
         else:
-            sources = [inspect.getsource(always_on.TASKS[task.parameters["task"]])]
-        found |= {name for source in sources for name in re.findall(r"\.(start_\w+)\(", source)}
+            sources = [inspect.getsource(q.start) for q in queries.tasks()[task.parameters["task"]]]
+        found |= {name for source in sources for name in re.findall(r"\b(start_\w+)\(", source)}
     return found
 
 
@@ -243,7 +243,7 @@ def test_unknown_variable_is_a_clear_error():
 
 
 def test_prod_cluster_carries_the_tuning_recommendation_with_databricks_names():
-    from sensorcep.observability import tuning
+    from sensorcep import tuning
 
     prod = ROOT_YAML["targets"]["prod"]["resources"]["jobs"]["sensor_cep_pipeline"]["job_clusters"][0]
     _, job = _job_yaml()
@@ -254,7 +254,7 @@ def test_prod_cluster_carries_the_tuning_recommendation_with_databricks_names():
 
 
 def test_every_state_store_setting_in_the_bundle_is_a_real_key():
-    from sensorcep.observability import tuning
+    from sensorcep import tuning
 
     _, job = _job_yaml()
     confs = [c["new_cluster"]["spark_conf"] for c in job["job_clusters"]]
@@ -350,8 +350,20 @@ def test_the_bundle_artifact_builds_a_wheel_with_the_package_and_its_entry_point
         "pipeline",
         "io",
         "observability",
+        "tuning",
         "local",
     }, "every subpackage is shipped"
     assert not any(n.endswith("oracle.py") for n in names), "test-only code stays out of the wheel"
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "sensorcep-stream = sensorcep.pipeline.always_on:main" in entry_points
+    assert "session = sensorcep.local.session:start" in entry_points.split("[sensorcep.laptop]")[1]
+
+
+@pytest.mark.parametrize("job_key", JOB_KEYS)
+def test_each_task_line_is_one_short_line_with_only_the_parameters_that_differ(job_key):
+    for task in jobs.tasks(job_key, params={"base_path": "/tmp/elsewhere", "extra_fields": "a,\nb"}):
+        line = jobs.task_line(task)
+        assert "\n" not in line and line.startswith(f"▶ {task.key}: ") and len(line) < 200, line
+        assert "base_path=/tmp/elsewhere" in line
+        assert ("extra_fields=a, b" in line) == ("extra_fields" in task.parameters)  # one line, whatever was typed
+        assert "window_duration" not in line and "kafka_bootstrap_servers" not in line  # defaults are not repeated

@@ -86,7 +86,7 @@ def _delete_records_before(bootstrap, topic, partition, offset):
 def test_records_deleted_before_they_were_read_stop_the_query_unless_the_loss_is_accepted(spark, settings):
     from streams import delta_frame
 
-    from sensorcep.observability import monitoring
+    from sensorcep.observability import reports
     from sensorcep.pipeline import ingest
     from sensorcep.pipeline.streaming import DataLossError
 
@@ -119,5 +119,5 @@ def test_records_deleted_before_they_were_read_stop_the_query_unless_the_loss_is
     ingest.start_ingest(spark, settings.replace(accept_data_loss=True))
     bronze = delta_frame(settings.table_path("bronze_events"))
     assert sorted(bronze.offset) == list(range(100)) + list(range(120, 150))
-    progress = monitoring.read_progress(spark, settings)
+    progress = reports.read_progress(spark, settings)
     assert progress[progress.query_name == "ingest"].kafka_records_skipped.max() == 20

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from streams import batch_stream, delta_frame, delta_version, events, write_batches
 
-from sensorcep.observability import monitoring
-from sensorcep.pipeline import sampling, streaming
+from sensorcep.observability import live, monitoring, reports
+from sensorcep.pipeline import queries, sampling, streaming
 
 
 def _noop(batch, batch_id):
@@ -61,15 +61,15 @@ def test_queries_not_started_by_the_project_are_not_recorded(spark, settings, tm
     other.processAllAvailable()
     other.stop()
     monitoring.flush_progress(spark, settings, other)
-    assert monitoring.read_progress(spark, settings).empty
+    assert reports.read_progress(spark, settings).empty
 
 
 def test_read_progress_and_health_of_the_recorded_run(short_run, spark):
     from sensorcep.observability import health
 
     query, settings = short_run
-    progress = monitoring.read_progress(spark, settings)
-    verdicts = health.check_health(progress, monitoring.trigger_intervals(settings))
+    progress = reports.read_progress(spark, settings)
+    verdicts = health.check_health(progress, queries.trigger_intervals(settings))
     assert {v.rule for v in verdicts} == {
         "falling_behind",
         "slow_batches",
@@ -82,7 +82,7 @@ def test_read_progress_and_health_of_the_recorded_run(short_run, spark):
 
 def test_live_view_shows_each_querys_last_progress(short_run, capsys):
     query, _ = short_run
-    with monitoring.LiveView([query], every_s=0.05) as view:
+    with live.LiveView([query], every_s=0.05) as view:
         pass
     table = view.render()
     last = json.loads(query.lastProgress.json)
@@ -108,9 +108,9 @@ def test_state_data_source_shows_the_chunks_open_windows_still_need(spark, setti
         [events(("d1", 1.0, 10), ("d2", 2.0, 20), ("d3", 3.0, 50)), events(("d1", 4.0, 100)), events(("d2", 5.0, 130))],
     )
     sampling.start_sampling(spark, settings, events=batch_stream(spark, tmp_path / "in"))
-    operators = monitoring.state_metadata(spark, settings, "sampling").toPandas()
+    operators = reports.state_metadata(spark, settings, "sampling").toPandas()
     assert operators.operatorName.str.contains("transformWithState").all() and len(operators) == 1
-    held = monitoring.sampling_chunks(spark, settings)
+    held = sampling.state_chunks(spark, settings)
     t0 = pd.Timestamp(events(("x", 0.0, 0)).event_time_us[0], unit="us")
     # batch 0's chunk (buckets 0-30 s) was freed with the window [30, 90); batch 1's and 2's wait for later windows
     seconds = lambda column: [(b - t0).total_seconds() for b in held[column]]  # noqa: E731

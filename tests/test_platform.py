@@ -9,7 +9,7 @@ from streams import delta_version
 
 from sensorcep.io import delta, tables
 from sensorcep.local import broker, simulator
-from sensorcep.runtime import JavaMissingError, check_java
+from sensorcep.local.session import JavaMissingError, check_java
 
 
 def test_missing_java_is_one_clear_sentence(monkeypatch):

@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from sensorcep.runtime import LocalDbutils
+from sensorcep.local.session import LocalDbutils
 from sensorcep.settings import Settings, SettingsError, parse_duration, parse_trigger, settings_from_widgets
 
 

@@ -5,9 +5,9 @@ import json
 import pandas as pd
 import pytest
 
+from sensorcep import tuning
 from sensorcep.io import delta
-from sensorcep.observability import tuning
-from sensorcep.observability.tuning import TuningError, Workload
+from sensorcep.tuning import TuningError, Workload
 
 TINY = Workload(events=3_000, devices=20, rate=25, batch=1_000)  # 2 minutes of event time: windows close
 
@@ -164,3 +164,16 @@ def test_a_tie_within_tolerance_goes_to_the_preset_with_fewer_settings():
     assert advice.preset == "rocksdb_changelog"
     assert "rocksdb_bounded_memory had the lowest p95 batch time (1,256 ms)" in advice.reasons[0]
     assert tuning.recommend(table, tolerance=0.01).preset == "rocksdb_bounded_memory"
+
+
+def test_workload_tables_never_live_on_a_volume():
+    from pathlib import Path
+
+    from sensorcep.settings import Settings
+
+    s = Settings(catalog="main", schema="dev_ann_sensor_cep")
+    run = "20261124T120000-abc123"
+    local = tuning.workload_location(s, Path("/tmp/x/tuning") / run, "workload", run)
+    assert local == f"/tmp/x/tuning/{run}/workload"
+    on_volume = tuning.workload_location(s, Path("/Volumes/main/dev_ann_sensor_cep/data/tuning") / run, "warm-up", run)
+    assert on_volume == "main.dev_ann_sensor_cep.tuning_20261124t120000_abc123_warm_up"  # a managed table

@@ -8,7 +8,12 @@ from datetime import datetime
 from pathlib import Path
 
 from sensorcep.errors import SensorCepError
-from sensorcep.local import broker
+from sensorcep.io.kafka import client_config
+from sensorcep.local import broker, jars, simulator
+from sensorcep.local.jobs import ALWAYS_ON_JOB_KEY, JOB_KEY, run, run_always_on
+from sensorcep.local.summary import print_summary
+from sensorcep.observability.monitoring import stop_session
+from sensorcep.runtime import get_spark
 from sensorcep.settings import env_settings
 
 
@@ -23,7 +28,6 @@ def _params(items: list[str]) -> dict[str, str]:
 
 
 def cmd_jars(args) -> None:
-    from sensorcep.local import jars
 
     if not jars.fetch():
         print(f"JVM dependencies are up to date in {jars.JARS_DIR}")
@@ -43,8 +47,6 @@ def cmd_broker(args) -> None:
 
 
 def cmd_simulate(args) -> None:
-    from sensorcep.io.kafka import client_config
-    from sensorcep.local import simulator
 
     settings = env_settings(events_topic=args.topic, partitions=args.partitions)
     start = datetime.fromisoformat(args.start.replace("Z", "+00:00")) if args.start else None
@@ -87,13 +89,9 @@ def cmd_simulate(args) -> None:
 
 
 def cmd_run(args) -> None:
-    from sensorcep.local.jobs import ALWAYS_ON_JOB_KEY, JOB_KEY, run, run_always_on
 
     job = args.job or JOB_KEY
     if job == ALWAYS_ON_JOB_KEY:
-        from sensorcep.observability.monitoring import stop_session
-        from sensorcep.runtime import get_spark
-
         run_always_on(job, _params(args.param), minutes=args.minutes, every_s=args.every)
         stop_session(get_spark())  # before the interpreter exits: the progress listener must not outlive Python
         return
@@ -102,7 +100,6 @@ def cmd_run(args) -> None:
 
 
 def cmd_summary(args) -> None:
-    from sensorcep.local.summary import print_summary
 
     print_summary(env_settings(), Path(args.runs) if args.runs else None)
 

@@ -1,31 +1,25 @@
-"""The one place that knows whether we run on Databricks or locally.
+"""The one place that knows whether we run on Databricks or locally, on a classic session or Spark Connect.
 
 Everything else asks this module for a SparkSession, for ``dbutils`` (and secrets) and for the class
 names that differ (Kafka's JAAS login modules, the RocksDB state store), and never looks at the
-environment itself. Kafka and Delta are the same connectors on both sides.
+environment itself. Kafka and Delta are the same connectors on both sides. The laptop session itself (jars, Delta's
+extension, FAIR pools) is made by :mod:`sensorcep.local.session`, handed in through entry points (:func:`laptop`).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
-import sys
 from functools import lru_cache
+from importlib.metadata import entry_points
+
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
 
 from sensorcep.errors import SensorCepError
-
-#: environment variable the local job runner uses to hand job parameters to the widget stand-in
-PARAMS_ENV = "SENSORCEP_NOTEBOOK_PARAMS"
 
 OSS_ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 DATABRICKS_ROCKSDB_PROVIDER = "com.databricks.sql.streaming.state.RocksDBStateStoreProvider"
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-
-
-class JavaMissingError(SensorCepError, RuntimeError):
-    pass
 
 
 def is_databricks() -> bool:
@@ -47,39 +41,6 @@ def catalog_keeps_tables() -> bool:
     metastore) on Databricks. A local session's catalog lives in memory, one per Spark application: there the project
     keeps the files under ``base_path`` and names them in each session (:mod:`sensorcep.io.tables`)."""
     return is_databricks()
-
-
-#: task slots beyond the cores: a real-time-mode query holds one slot per source partition for as long as it
-#: runs, and the micro-batch queries beside it still need slots (``SENSORCEP_EXTRA_TASK_SLOTS``)
-EXTRA_TASK_SLOTS = 4
-
-
-def local_spark_conf(cores: int | None = None) -> dict[str, str]:
-    cores = cores or os.cpu_count() or 2
-    slots = cores + int(os.environ.get("SENSORCEP_EXTRA_TASK_SLOTS", EXTRA_TASK_SLOTS))
-    return {
-        "spark.master": f"local[{slots}]",
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": str(cores),
-        "spark.default.parallelism": str(cores),
-        "spark.sql.streaming.stateStore.providerClass": OSS_ROCKSDB_PROVIDER,
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.sql.streaming.numRecentProgressUpdates": "1000",
-        "spark.sql.streaming.asyncLogPurge.enabled": "true",
-        "spark.scheduler.mode": "FAIR",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.log.level": "ERROR",
-        "spark.driver.memory": os.environ.get("SENSORCEP_DRIVER_MEMORY", "6g"),
-        "spark.sql.adaptive.enabled": "false",
-        "spark.python.worker.reuse": "true",
-        # Python workers (stateful processors) yield the CPU to the real-time alert query's JVM tasks
-        "spark.python.daemon.module": "sensorcep.local.low_priority_daemon",
-        # every idempotent Delta write replays the table's log to find its transactions: one task, not 50
-        # (measured here: ~0.7 s per small txn append with 1, ~0.9 s with 2, 3-4.5 s with 50)
-        "spark.databricks.delta.snapshotPartitions": "1",
-    }
 
 
 class RealTimeUnavailableError(SensorCepError, RuntimeError):
@@ -134,7 +95,6 @@ def classic_context(spark):
     """
     if is_connect(spark):
         return None
-    from pyspark import SparkContext
 
     return SparkContext.getOrCreate()
 
@@ -143,7 +103,6 @@ def session_alive(spark) -> bool:
     """False once the session (Connect) or the application (classic) has been stopped."""
     if is_connect(spark):
         return not spark.is_stopped
-    from pyspark import SparkContext
 
     return SparkContext._active_spark_context is not None
 
@@ -153,157 +112,47 @@ def session_key(spark) -> str:
     return spark.session_id if is_connect(spark) else spark.conf.get("spark.app.id")
 
 
-def check_java() -> str:
-    """Return the java executable or raise one clear sentence."""
-    java_home = os.environ.get("JAVA_HOME")
-    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
-    if not java or not os.path.exists(java):
-        raise JavaMissingError(
-            "Java 17 was not found: install a JDK 17 (e.g. `apt-get install openjdk-17-jre-headless`) "
-            "or set JAVA_HOME, then run the command again."
-        )
-    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
-    if '"1.' in out or not any(f'"{v}' in out for v in ("17", "18", "19", "20", "21", "22", "23", "24", "25")):
-        raise JavaMissingError(f"Spark 4 needs Java 17 or newer; {java} reports: {out.splitlines()[0] if out else '?'}")
-    return java
-
-
 @lru_cache(maxsize=1)
 def get_spark(app_name: str = "sensor-cep", extra_conf: tuple = ()):
-    """The SparkSession: the cluster's on Databricks, a tuned local one elsewhere."""
-    from pyspark.sql import SparkSession
-
+    """The SparkSession: the cluster's on Databricks, a Spark Connect server's with ``SPARK_REMOTE``, else the laptop
+    session, which the laptop twin hands in (:func:`laptop`): this module never imports laptop code."""
     if is_databricks():
         return SparkSession.builder.getOrCreate()
     if os.environ.get("SPARK_REMOTE"):  # a Spark Connect client, e.g. of a local session serving Connect
         return SparkSession.builder.remote(os.environ["SPARK_REMOTE"]).getOrCreate()
-    check_java()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name)
-    conf = {
-        **local_spark_conf(),
-        **connector_conf(),
-        "spark.scheduler.allocation.file": fair_pools_file(),
-        **connect_server_conf(),
-        **dict(extra_conf),
-    }
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
+    return laptop("session")(app_name, extra_conf)
 
 
-def connector_conf() -> dict[str, str]:
-    """Spark's Kafka connector and Delta Lake for a local session: the jars pinned in ``jvm/pom.xml``
-    (fetched by ``make venv``) and Delta's SQL extension and catalog, as Delta's docs configure them."""
-    from importlib.metadata import version
+#: the entry-point group through which the laptop twin (``sensorcep.local``) hands in its session and ``dbutils``
+LAPTOP_GROUP = "sensorcep.laptop"
 
-    from sensorcep.local.jars import pinned_version, spark_jars
 
-    if version("delta-spark") != pinned_version("delta.version"):
-        raise RuntimeError(
-            f"delta-spark {version('delta-spark')} (requirements.txt) differs from Delta's jars "
-            f"{pinned_version('delta.version')} (jvm/pom.xml): pin the same version in both"
+def laptop(name: str):
+    """The laptop twin's ``name`` provider (``session``: a function making the local SparkSession with the pinned
+    Kafka and Delta jars; ``dbutils``: the widgets and secrets stand-in), declared as entry points by the installed
+    package (pyproject.toml): cluster code asks for them by name and never imports ``sensorcep.local``."""
+    found = entry_points(group=LAPTOP_GROUP, name=name)
+    if not found:
+        raise LaptopMissingError(
+            f"no Databricks runtime, no SPARK_REMOTE, and no laptop {name} provider ({LAPTOP_GROUP} entry points): "
+            "install the package into the virtualenv (`make venv`: pip install -e .)"
         )
-    return {
-        "spark.jars": ",".join(spark_jars()),
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-    }
+    return next(iter(found)).load()
 
 
-#: a local session also serves Spark Connect on this port when the variable is set (tests; trying Connect locally)
-CONNECT_PORT_ENV = "SENSORCEP_CONNECT_SERVER_PORT"
-
-
-def connect_server_conf() -> dict[str, str]:
-    """Spark Connect's server as a plugin of the local session (its jar ships in the pyspark wheel): a client
-    started with ``SPARK_REMOTE=sc://localhost:<port>`` then runs on this JVM, with its jars and confs."""
-    port = os.environ.get(CONNECT_PORT_ENV)
-    if not port:
-        return {}
-    return {"spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin", "spark.connect.grpc.binding.port": port}
-
-
-def fair_pools_file() -> str:
-    """A FAIR scheduler allocation file with the pools and weights of ``scheduler_pools`` (local session).
-
-    On Databricks the cluster's scheduler is already FAIR; a pool named by a query is created on first
-    use with weight 1 unless the cluster points ``spark.scheduler.allocation.file`` at such a file.
-    """
-    import tempfile
-
-    from sensorcep.settings import defaults, parse_pools
-
-    pools = "".join(
-        f'<pool name="{name}"><schedulingMode>FAIR</schedulingMode>'
-        f"<weight>{weight}</weight><minShare>0</minShare></pool>"
-        for name, weight in parse_pools(defaults()["scheduler_pools"]).items()
-    )
-    path = os.path.join(tempfile.gettempdir(), f"sensorcep-fairscheduler-{os.getpid()}.xml")
-    with open(path, "w") as out:
-        out.write(f'<?xml version="1.0"?><allocations>{pools}</allocations>')
-    return path
-
-
-# ------------------------------------------------------------------------------ dbutils
-class _LocalWidgets:
-    """Just enough of ``dbutils.widgets`` for notebooks to run unchanged locally.
-
-    Values come from the job parameters the local runner passes (``SENSORCEP_NOTEBOOK_PARAMS``),
-    falling back to the widget's default.
-    """
-
-    def __init__(self, params: dict[str, str] | None = None):
-        self._params = params if params is not None else json.loads(os.environ.get(PARAMS_ENV, "{}"))
-        self._defaults: dict[str, str] = {}
-
-    def text(self, name: str, defaultValue: str = "", label: str | None = None) -> None:
-        self._defaults[name] = defaultValue
-
-    dropdown = combobox = lambda self, name, defaultValue, choices=None, label=None: self.text(name, defaultValue)
-
-    def get(self, name: str) -> str:
-        if name in self._params:
-            return str(self._params[name])
-        if name in self._defaults:
-            return self._defaults[name]
-        raise ValueError(f"No widget named {name!r} is defined")
-
-    def getAll(self) -> dict[str, str]:
-        return {**self._defaults, **{k: str(v) for k, v in self._params.items()}}
-
-    def removeAll(self) -> None:
-        self._defaults.clear()
-
-
-class _LocalSecrets:
-    """Secrets from environment variables: scope ``s``, key ``k`` -> ``$S_K`` (upper case, - -> _)."""
-
-    def get(self, scope: str, key: str) -> str:
-        name = f"{scope}_{key}".upper().replace("-", "_")
-        if name not in os.environ:
-            raise KeyError(f"secret {scope}/{key} not found: set the environment variable {name}")
-        return os.environ[name]
-
-
-class LocalDbutils:
-    local = True  # widgets fall back to the laptop's defaults (settings.settings_from_widgets)
-
-    def __init__(self, params: dict[str, str] | None = None):
-        self.widgets = _LocalWidgets(params)
-        self.secrets = _LocalSecrets()
+class LaptopMissingError(SensorCepError, RuntimeError):
+    """Neither Databricks nor a Spark Connect server nor the laptop twin is at hand."""
 
 
 def get_dbutils(params: dict[str, str] | None = None):
     """Databricks' ``dbutils`` from the notebook namespace, or the local stand-in."""
     if is_databricks():
         try:
-            from IPython import get_ipython
+            from IPython import get_ipython  # noqa: PLC0415 - Databricks notebooks only
 
             return get_ipython().user_ns["dbutils"]
         except (ImportError, AttributeError, KeyError):
-            from pyspark.dbutils import DBUtils  # type: ignore[import-not-found]
+            from pyspark.dbutils import DBUtils  # noqa: PLC0415 - type: ignore[import-not-found]
 
             return DBUtils(get_spark())
-    return LocalDbutils(params)
+    return laptop("dbutils")(params)

@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
 from sensorcep.io import tables
 from sensorcep.io.tables import Table
+from sensorcep.runtime import get_spark
 
 
 def write_batch(
@@ -115,7 +116,6 @@ def read_stream(spark: SparkSession, table: Table | str) -> DataFrame:
 
 
 def _spark() -> SparkSession:
-    from sensorcep.runtime import get_spark
 
     return get_spark()
 

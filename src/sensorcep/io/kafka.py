@@ -50,7 +50,7 @@ def client_config(settings: Settings) -> dict[str, str]:
 
 def topic_partitions(settings: Settings, topic: str, timeout_s: float = 30.0) -> list[int]:
     """The topic's partition numbers, asked of the brokers (empty if the topic does not exist)."""
-    from confluent_kafka.admin import AdminClient  # a C extension: loaded only when asked
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415 - a C extension: loaded only when asked
 
     metadata = AdminClient(client_config(settings)).list_topics(topic, timeout=timeout_s)
     found = metadata.topics.get(topic)

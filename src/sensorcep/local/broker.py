@@ -23,7 +23,13 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import AdminClient, NewTopic
+
 from sensorcep.errors import SensorCepError
+from sensorcep.local.jars import broker_classpath
+from sensorcep.local.session import check_java
 from sensorcep.settings import LOCAL_BROKER, PROJECT_ROOT
 
 DEFAULT_DATA_DIR = PROJECT_ROOT / ".broker"
@@ -53,7 +59,6 @@ def _free_port(host: str) -> int:
 
 
 def _java() -> str:
-    from sensorcep.runtime import check_java
 
     return check_java()
 
@@ -113,7 +118,6 @@ def _log4j(data_dir: Path) -> Path:
 
 
 def _java_command(data_dir: Path, main: str, *args: str) -> list[str]:
-    from sensorcep.local.jars import broker_classpath
 
     heap = os.environ.get("SENSORCEP_BROKER_HEAP", "512m")
     return [
@@ -161,7 +165,6 @@ def _pid_file(data_dir: Path) -> Path:
 
 
 def _started_at(pid: int) -> float | None:
-    import psutil
 
     try:
         return psutil.Process(pid).create_time()
@@ -202,7 +205,6 @@ def wait_until_ready(
     data_dir: Path | None = None,
 ) -> None:
     """Block until the broker answers a metadata request (or its process has died: then say why)."""
-    from confluent_kafka.admin import AdminClient
 
     deadline = time.monotonic() + timeout
     last = None
@@ -274,7 +276,6 @@ def down(data_dir: Path = DEFAULT_DATA_DIR, timeout: float = 60.0) -> bool:
     if found is None:
         _pid_file(data_dir).unlink(missing_ok=True)  # a stale record (the process is gone or the pid was reused)
         return False
-    import psutil
 
     process = psutil.Process(found)
     process.send_signal(signal.SIGTERM)
@@ -292,7 +293,6 @@ def kill(data_dir: Path = DEFAULT_DATA_DIR) -> None:
     found = pid(data_dir)
     if found is None:
         raise BrokerError(f"no broker of ours runs from {data_dir}")
-    import psutil
 
     process = psutil.Process(found)
     process.kill()
@@ -315,8 +315,6 @@ def create_topics(
     """Create topics that do not exist yet (a list: ``partitions`` each, or name -> partitions)."""
     if not isinstance(topics, dict):
         topics = {name: partitions for name in topics}
-    from confluent_kafka import KafkaError
-    from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **(config or {})})
     existing = set(admin.list_topics(timeout=10).topics)
@@ -336,7 +334,6 @@ def create_topics(
 
 def delete_topics(bootstrap: str, topics: list[str]) -> None:
     """Delete topics (those that do not exist are ignored)."""
-    from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     doomed = [name for name in topics if name in admin.list_topics(timeout=10).topics]

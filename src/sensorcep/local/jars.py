@@ -15,7 +15,10 @@ import hashlib
 import os
 import shutil
 import subprocess
+import xml.etree.ElementTree as ET
 from pathlib import Path
+
+import pyspark
 
 from sensorcep.errors import SensorCepError
 from sensorcep.settings import PROJECT_ROOT
@@ -97,7 +100,6 @@ def _artifact(jar: Path) -> str:
 
 def spark_jars() -> list[str]:
     """Connector jars for ``spark.jars``, minus libraries the pyspark wheel already ships (Spark's own win)."""
-    import pyspark
 
     bundled = {_artifact(jar) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
     return sorted(str(jar) for jar in _require("spark").glob("*.jar") if _artifact(jar) not in bundled)
@@ -109,7 +111,6 @@ def broker_classpath() -> str:
 
 def pinned_version(name: str) -> str:
     """A version property of ``jvm/pom.xml`` (e.g. ``delta.version``)."""
-    import xml.etree.ElementTree as ET
 
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
     found = ET.parse(JVM_DIR / "pom.xml").getroot().find(f"m:properties/m:{name}", ns)

@@ -24,13 +24,18 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from graphlib import TopologicalSorter
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import yaml
 
 from sensorcep.errors import SensorCepError
-from sensorcep.runtime import PARAMS_ENV
-from sensorcep.settings import PROJECT_ROOT, defaults
+from sensorcep.local.session import PARAMS_ENV
+from sensorcep.observability.live import progress_line
+from sensorcep.pipeline import always_on
+from sensorcep.pipeline.streaming import explain_failure, stop_queries
+from sensorcep.runtime import get_spark
+from sensorcep.settings import PROJECT_ROOT, Settings, defaults, is_realtime, parse_trigger
 
 BUNDLE_DIR = PROJECT_ROOT / "bundles"
 JOB_KEY = "sensor_cep_pipeline"
@@ -136,9 +141,9 @@ def run(
     bundle_dir: Path = BUNDLE_DIR,
 ) -> Path:
     """Execute the (selected) tasks in order; returns the folder holding the executed notebooks."""
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+    import nbformat  # noqa: PLC0415 - the notebook runner only
+    from nbclient import NotebookClient  # noqa: PLC0415 - the notebook runner only
+    from nbclient.exceptions import CellExecutionError  # noqa: PLC0415 - the notebook runner only
 
     all_tasks = tasks(job_key, params=params, bundle_dir=bundle_dir)
     if any(t.notebook is None for t in all_tasks):
@@ -153,7 +158,7 @@ def run(
     for task in all_tasks:
         if not task.notebook.exists():
             raise JobError(f"task {task.key}: notebook {task.notebook} does not exist")
-        print(f"▶ {task.key}: {task.notebook.name} {json.dumps(task.parameters)}", flush=True)
+        print(task_line(task), flush=True)
         nb = nbformat.read(task.notebook, as_version=4)
         os.environ[PARAMS_ENV] = json.dumps(task.parameters)
         os.environ["SENSORCEP_RUN_DIR"] = str(out_dir)
@@ -175,10 +180,19 @@ def run(
     return out_dir
 
 
+def task_line(task: Task) -> str:
+    """``▶ ingest: 01_ingest.ipynb (trigger=10 seconds)``: the task, its notebook and only the parameters that differ
+    from the defaults (the settings' own, or the ``SENSORCEP_*`` environment's), on one line."""  # noqa: PLC0415 - the notebook runner only
+    plain = defaults()
+    changed = {k: v for k, v in task.parameters.items() if plain.get(k) != str(v)}
+    shown = ", ".join(f"{k}={' '.join(str(v).split())}" for k, v in changed.items())
+    what = task.notebook.name if task.notebook else task.entry_point
+    return f"▶ {task.key}: {what}" + (f" ({shown})" if shown else "")
+
+
 # ------------------------------------------------------------------------------ the always-on job
 def entry_point_function(name: str):
     """The function a python_wheel_task's ``entry_point`` names in the installed package's metadata."""
-    from importlib.metadata import entry_points
 
     found = [ep for ep in entry_points(group="console_scripts", name=name) if ep.dist and ep.dist.name == "sensorcep"]
     if not found:
@@ -202,9 +216,6 @@ def run_always_on(
     always-on entry point (what the wheel task calls on Databricks). A query that fails stops the others and
     raises, as the job run would fail there. Returns the (stopped) queries.
     """
-    from sensorcep.pipeline import always_on
-    from sensorcep.runtime import get_spark
-    from sensorcep.settings import Settings, is_realtime, parse_trigger
 
     spark = spark or get_spark()
     queries, triggers = [], {}
@@ -215,8 +226,8 @@ def run_always_on(
             task_name, values = always_on.parse_arguments([f"--{k}={v}" for k, v in task.parameters.items()])
             settings = Settings.from_mapping(values)
             started = always_on.start_task(spark, task_name, settings)
-            for query in started:
-                triggers[query.name] = settings.alerts_trigger if task_name == "alerts" else settings.trigger
+            for query, declared in zip(started, queries.tasks()[task_name], strict=True):
+                triggers[query.name] = declared.trigger(settings)
             queries += started
             out(f"▶ {task.key}: {', '.join(q.name for q in started)}")
         deadline = time.monotonic() + minutes * 60 if minutes else None
@@ -224,8 +235,6 @@ def run_always_on(
         while True:
             failed = [q for q in queries if not q.isActive and q.exception() is not None]
             if failed:
-                from sensorcep.pipeline.streaming import explain_failure
-
                 raise JobError(f"query {failed[0].name} failed: {explain_failure(failed[0], failed[0].exception())}")
             if until is not None and until(queries):
                 break
@@ -233,7 +242,6 @@ def run_always_on(
                 break
             if time.monotonic() >= next_line:
                 stamp = datetime.now().strftime("%H:%M:%S")
-                from sensorcep.observability.monitoring import progress_line
 
                 for query in queries:
                     trigger = triggers[query.name]
@@ -249,8 +257,6 @@ def run_always_on(
     except KeyboardInterrupt:
         out("Ctrl-C: stopping the queries (they resume from their checkpoints)")
     finally:
-        for query in queries:
-            if query.isActive:
-                query.stop()
+        stop_queries(queries)  # quietly: an interrupted task of a clean stop is not an error
     out(f"✔ stopped {len(queries)} queries: {', '.join(q.name for q in queries)}")
     return queries

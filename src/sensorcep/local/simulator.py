@@ -15,6 +15,12 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pandas as pd
+from confluent_kafka import Producer
+from tqdm.auto import tqdm
+
+from sensorcep.io import delta, tables
+from sensorcep.pipeline.alerts import alert_id, rule_text
+from sensorcep.runtime import get_spark
 
 MALFORMED_KINDS = (
     "invalid JSON",
@@ -163,7 +169,6 @@ def produce_records(
     records: pd.DataFrame, bootstrap: str, topic: str, progress: bool = False, extra_config: dict | None = None
 ) -> int:
     """Send ``records`` (columns key, value, timestamp_ms) to ``topic`` in order."""
-    from confluent_kafka import Producer
 
     producer = Producer(
         {
@@ -214,7 +219,6 @@ def acknowledgements(
     ``ack_timeout`` of 10 minutes about half of the acks come too late and those alerts escalate.
     Records are in ack-time order, Kafka timestamp = ack time.
     """
-    from sensorcep.pipeline.alerts import alert_id, rule_text
 
     rng = np.random.default_rng(simulation.config.seed + 7 if seed is None else seed)
     anomalies = simulation.distinct_valid[simulation.distinct_valid.sensor_freq < anomaly_threshold]
@@ -241,7 +245,6 @@ def acknowledgements(
 
 
 def _progress(total: int, enabled: bool, desc: str):
-    from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, unit="ev", disable=not enabled or total < 50_000, mininterval=1.0)
 
@@ -261,8 +264,6 @@ def devices_dimension(devices: int, seed: int) -> pd.DataFrame:
 
 def write_devices_table(settings, devices: int, seed: int):
     """Write (overwrite) the devices dimension Delta table; returns it (a :class:`~sensorcep.io.tables.Table`)."""
-    from sensorcep.io import delta, tables
-    from sensorcep.runtime import get_spark
 
     rows = get_spark().createDataFrame(devices_dimension(devices, seed))
     devices_table = tables.table(settings, "devices")

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
+from sensorcep.io import delta, tables
 from sensorcep.pipeline.ingest import quarantine_reasons
+from sensorcep.runtime import get_spark
 from sensorcep.settings import PROJECT_ROOT, TABLES, Settings
 
 
 def table_counts(spark, settings: Settings) -> dict[str, int | None]:
-    from sensorcep.io import delta, tables
 
     counts = {}
     for name in TABLES:
@@ -19,10 +22,10 @@ def table_counts(spark, settings: Settings) -> dict[str, int | None]:
 
 
 def print_summary(settings: Settings, runs_dir: Path | None = None) -> None:
-    from sensorcep.io import tables
-    from sensorcep.runtime import get_spark
 
-    spark = get_spark()
+    log = Path(settings.base_path) / "logs" / "summary-spark.log"
+    with jvm_console_to(log):  # the JVM's start-up warnings are not the summary
+        spark = get_spark()
     print(f"\nDelta tables (files under {settings.base_path}/tables)")
     for name, count in table_counts(spark, settings).items():
         print(f"  {str(tables.table(settings, name)):<40} {'-' if count is None else f'{count:,}':>12}")
@@ -34,3 +37,19 @@ def print_summary(settings: Settings, runs_dir: Path | None = None) -> None:
     runs = runs_dir or max((PROJECT_ROOT / "runs").glob("*"), default=None)
     if runs:
         print(f"executed notebooks: {runs}")
+
+
+@contextlib.contextmanager
+def jvm_console_to(path: Path):
+    """Point this process's stderr (file descriptor 2) at ``path`` while a JVM starts: the JVM inherits it and keeps
+    writing its console there (incubator modules, log4j, hostname and native-library warnings); Python's own stderr
+    is restored when the block ends."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    saved = os.dup(2)
+    try:
+        with path.open("ab") as log:
+            os.dup2(log.fileno(), 2)
+            yield path
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

@@ -14,7 +14,7 @@ ROLE_STYLE = {
 
 def plot_samples(samples: pd.DataFrame, title: str = "Sampled values over time"):
     """``sensor_samples`` rows -> sensor_freq over event time, one marker per role (anomalies in red)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - heavy: only when plotting
 
     fig, ax = plt.subplots(figsize=(11, 4))
     for role, (color, marker) in ROLE_STYLE.items():
@@ -37,7 +37,7 @@ def plot_samples(samples: pd.DataFrame, title: str = "Sampled values over time")
 
 def plot_alert_latency(anomalies: pd.DataFrame, title: str = "Alert latency"):
     """``anomalies`` rows -> histogram of detected_at - kafka_timestamp (time from Kafka to the alert)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - heavy: only when plotting
 
     seconds = (pd.to_datetime(anomalies.detected_at) - pd.to_datetime(anomalies.kafka_timestamp)).dt.total_seconds()
     fig, ax = plt.subplots(figsize=(8, 3.5))
@@ -58,7 +58,7 @@ def plot_alert_latency(anomalies: pd.DataFrame, title: str = "Alert latency"):
 
 def plot_tuning(results: pd.DataFrame, title: str = "State store configurations"):
     """``tuning_results`` rows -> throughput and p95 batch time per configuration, commit time vs state size."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - heavy: only when plotting
 
     labels = results["query"] + " / " + results["preset"]
     colors = results["query"].map({"sampling": "tab:blue", "window_counts": "tab:orange"}).fillna("tab:grey")
@@ -94,7 +94,7 @@ def plot_tuning(results: pd.DataFrame, title: str = "State store configurations"
 def plot_query_progress(progress: pd.DataFrame, query: str, trigger_ms: int = 0):
     """One query's ``stream_progress`` rows -> 4 panels over time: input vs processing rate, batch duration vs
     the trigger interval, state rows and memory, watermark lag behind the newest event time and late rows."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - heavy: only when plotting
 
     rows = progress[progress.query_name == query].sort_values("timestamp")
     time_axis = pd.to_datetime(rows.timestamp)

@@ -12,6 +12,9 @@ from itertools import islice
 
 import pandas as pd
 
+from sensorcep.observability.reports import save_figure
+from sensorcep.runtime import is_databricks
+
 #: the Jobs API accepts a runs page size of 1..24
 MAX_PAGE = 24
 RUN_COLUMNS = [
@@ -32,7 +35,7 @@ RUN_COLUMNS = [
 def workspace_client():
     """A ``WorkspaceClient`` configured by the SDK's unified auth (env vars, ``~/.databrickscfg`` or the
     notebook's own context)."""
-    from databricks.sdk import WorkspaceClient
+    from databricks.sdk import WorkspaceClient  # noqa: PLC0415 - heavy: only with a workspace or a plot
 
     return WorkspaceClient()
 
@@ -40,7 +43,7 @@ def workspace_client():
 def recent_runs(client, job_id: int | str, limit: int = 10) -> pd.DataFrame:
     """The last ``limit`` runs of job ``job_id`` (newest first), one row per task run with its start time (UTC),
     duration in seconds and result. Raises :class:`LookupError` when the workspace has no such job."""
-    from databricks.sdk.errors import NotFound
+    from databricks.sdk.errors import NotFound  # noqa: PLC0415 - heavy: only with a workspace or a plot
 
     if limit < 1:
         raise ValueError(f"limit must be at least 1, not {limit}")
@@ -111,7 +114,7 @@ def _seconds(task) -> float | None:
 def task_duration_plot(runs: pd.DataFrame, title: str = "Task durations of recent job runs"):
     """:func:`recent_runs` rows -> horizontal bars, one per task run, placed at the task's start
     offset within its run and coloured by result (failures red)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - heavy: only with a workspace or a plot
 
     runs = runs.dropna(subset=["task_key", "task_seconds"]).sort_values(["run_start", "task_start"])
     colors = {"SUCCESS": "tab:green", "FAILED": "tab:red"}
@@ -130,8 +133,6 @@ def task_duration_plot(runs: pd.DataFrame, title: str = "Task durations of recen
 def runs_report(settings, client=None, limit: int = 10) -> pd.DataFrame:
     """05's last section: this job's recent runs and a task-duration plot (saved as PNG), or an empty frame and
     one sentence saying why there is nothing to ask (a local run, or no ``job_id`` parameter)."""
-    from sensorcep.observability.monitoring import save_figure
-    from sensorcep.runtime import is_databricks
 
     if client is None and not is_databricks():
         print("local run: no workspace to ask (tests check this part against a stand-in HTTP server)")

@@ -25,10 +25,11 @@ from pyspark.sql import functions as F
 
 from sensorcep.io import delta, tables
 from sensorcep.io.kafka import read_kafka, sink_options, write_kafka
-from sensorcep.pipeline import lateness
+from sensorcep.pipeline import lateness, queries, sampling
+from sensorcep.pipeline.ingest import valid_events
 from sensorcep.pipeline.parsing import KAFKA_COORDINATES, record_columns, seconds_interval
-from sensorcep.pipeline.streaming import materialized, query_conf
-from sensorcep.settings import Settings
+from sensorcep.pipeline.streaming import finish, launch, materialized, query_conf, stop_when_caught_up
+from sensorcep.settings import Settings, is_realtime
 
 QUERY = "alerts"
 ANOMALIES_QUERY = "anomalies"
@@ -76,26 +77,22 @@ def kafka_columns() -> list[Column]:
     return [F.col("device_id").alias("key"), F.to_json(F.struct(*ALERT_FIELDS)).alias("value")]
 
 
+@queries.declare(QUERY, task="alerts", writes="alerts topic", trigger_setting="alerts_trigger", pool="alerts")
 def start_alerts(spark: SparkSession, settings: Settings, *, wait: bool = True, events: DataFrame | None = None):
     """Run (availableNow) or start (``realtime`` or an interval: ``alerts_trigger``) the alert query, pool ``alerts``.
 
     Events topic -> 01's parser, valid events only -> the rule -> alerts topic, through Spark's Kafka sink.
     """
-    from sensorcep.pipeline.ingest import valid_events
-    from sensorcep.pipeline.streaming import run_available_now, start_query
-    from sensorcep.settings import is_realtime
 
     if events is None:
         raw = read_kafka(spark, settings, settings.events_topic, realtime=is_realtime(settings.alerts_trigger))
         events = valid_events(raw, settings)
-    runner = run_available_now if wait else start_query
-    return runner(
+    return launch(
         alert_stream(events, settings).select(*kafka_columns()),
         settings,
         QUERY,
+        wait=wait,
         sink=("kafka", sink_options(settings, settings.alerts_topic)),
-        trigger=settings.alerts_trigger,
-        pool="alerts",
     )
 
 
@@ -125,13 +122,16 @@ def merge_anomalies_batch(settings: Settings):
     return write
 
 
+@queries.declare(ANOMALIES_QUERY, task="alert_records", writes="anomalies")
 def start_anomalies(spark: SparkSession, settings: Settings, *, wait: bool = True):
     """Run (availableNow) or start (``trigger``) the query recording alerts in ``anomalies``, off the latency path."""
-    from sensorcep.pipeline.streaming import run_available_now, start_query
 
-    runner = run_available_now if wait else start_query
-    return runner(
-        read_alerts(spark, settings), settings, ANOMALIES_QUERY, foreach_batch=merge_anomalies_batch(settings)
+    return launch(
+        read_alerts(spark, settings),
+        settings,
+        ANOMALIES_QUERY,
+        wait=wait,
+        foreach_batch=merge_anomalies_batch(settings),
     )
 
 
@@ -152,8 +152,6 @@ def start_side_by_side(spark: SparkSession, settings: Settings):
     :data:`BOUNDED_REALTIME_INTERVAL`: it reports progress only at checkpoints, and :func:`finish_side_by_side`
     stops it as soon as a report shows it has caught up (not after the 5-minute default interval).
     """
-    from sensorcep.pipeline import sampling
-    from sensorcep.settings import is_realtime
 
     alert_settings = settings
     if is_realtime(settings.alerts_trigger) and settings.trigger == "availableNow":
@@ -168,8 +166,6 @@ def finish_side_by_side(alerts_query, sampling_query, settings: Settings):
     stopped, once the sampling query is done, at its first progress report that shows it at the end of the events
     topic. Queries with interval triggers keep running and are returned running.
     """
-    from sensorcep.pipeline.streaming import finish, stop_when_caught_up
-    from sensorcep.settings import is_realtime
 
     sampling_query = finish(sampling_query, settings)
     if is_realtime(settings.alerts_trigger) and settings.trigger == "availableNow":
@@ -283,24 +279,25 @@ def write_escalations_batch(settings: Settings):
     return write
 
 
+@queries.declare(
+    ESCALATION_QUERY, task="alert_records", writes="alert_escalations, escalations topic, late_events", pool="alerts"
+)
 def start_escalations(spark: SparkSession, settings: Settings, *, wait: bool = True):
     """Alerts topic x acks topic -> ``alert_escalations``.
 
     The watermark policy is ``max``: acknowledgements are sparse, and with Spark's default (``min``)
     an hour without acks would hold every escalation back for that hour.
     """
-    from sensorcep.pipeline.streaming import run_available_now, start_query
 
     alerts = read_alerts(spark, settings)
     acks = read_acks(spark, settings)
-    runner = run_available_now if wait else start_query
     # read when the query starts, then kept in its checkpoint
     writer = lateness.late_event_writer(settings, ESCALATION_QUERY, write_escalations_batch(settings))
     with query_conf(spark, {"spark.sql.streaming.multipleWatermarkPolicy": "max"}):
-        return runner(
+        return launch(
             escalation_stream(alerts, acks, settings, keep_late=True),
             settings,
             ESCALATION_QUERY,
+            wait=wait,
             foreach_batch=writer,
-            pool="alerts",
         )

@@ -20,50 +20,22 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from sensorcep.observability.monitoring import stop_progress_listener
+from sensorcep.pipeline import queries
+from sensorcep.pipeline.ingest import wait_for_bronze
+from sensorcep.pipeline.streaming import explain_failure
+from sensorcep.runtime import get_spark
 from sensorcep.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
 
 
-def _ingest(spark: SparkSession, settings: Settings) -> list[StreamingQuery]:
-    from sensorcep.pipeline.ingest import start_ingest
-
-    return [start_ingest(spark, settings, wait=False)]
-
-
-def _sampling_state(spark: SparkSession, settings: Settings) -> list[StreamingQuery]:
-    from sensorcep.pipeline.device_activity import start_device_activity
-    from sensorcep.pipeline.ingest import wait_for_bronze
-    from sensorcep.pipeline.sampling import start_sampling
-
-    wait_for_bronze(spark, settings)  # the medallion: both read bronze_events, which the ingest task creates
-    return [start_sampling(spark, settings, wait=False), start_device_activity(spark, settings, wait=False)]
-
-
-def _alerts(spark: SparkSession, settings: Settings) -> list[StreamingQuery]:
-    from sensorcep.pipeline.alerts import start_alerts
-
-    return [start_alerts(spark, settings, wait=False)]
-
-
-def _alert_records(spark: SparkSession, settings: Settings) -> list[StreamingQuery]:
-    from sensorcep.pipeline.alerts import start_anomalies, start_escalations
-
-    return [start_anomalies(spark, settings, wait=False), start_escalations(spark, settings, wait=False)]
-
-
-#: task key -> what it starts
-TASKS: dict[str, Callable[[SparkSession, Settings], list[StreamingQuery]]] = {
-    "ingest": _ingest,
-    "sampling_state": _sampling_state,
-    "alerts": _alerts,
-    "alert_records": _alert_records,
-}
+#: the always-on tasks: the bundle's task keys, each starting its declared queries
+TASKS = queries.TASK_ORDER
 
 
 def start_task(spark: SparkSession, task: str, settings: Settings) -> list[StreamingQuery]:
@@ -72,7 +44,10 @@ def start_task(spark: SparkSession, task: str, settings: Settings) -> list[Strea
         raise SettingsError(f"unknown always-on task {task!r}; known: {', '.join(TASKS)}")
     if settings.trigger == "availableNow":
         raise SettingsError("the always-on job keeps queries running: give trigger an interval (e.g. '10 seconds')")
-    return TASKS[task](spark, settings)
+    declared = queries.tasks()[task]
+    if any(q.reads_bronze for q in declared):
+        wait_for_bronze(spark, settings)  # the medallion: bronze_events, which the ingest task creates, must exist
+    return [q.start(spark, settings, wait=False) for q in declared]
 
 
 def await_queries(spark: SparkSession, queries: list[StreamingQuery]) -> None:
@@ -85,7 +60,6 @@ def await_queries(spark: SparkSession, queries: list[StreamingQuery]) -> None:
                 for other in queries:
                     if other.isActive:
                         other.stop()
-                from sensorcep.pipeline.streaming import explain_failure
 
                 raise explain_failure(query, query.exception())
 
@@ -106,12 +80,10 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[str, dict[str, str]]
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the always-on job's tasks (``sensorcep-stream --task=... --<setting>=...``)."""
-    from sensorcep.runtime import get_spark
 
     task, params = parse_arguments(argv)
     settings = Settings.from_mapping(params)
     spark = get_spark()
-    from sensorcep.observability.monitoring import stop_progress_listener
 
     queries = start_task(spark, task, settings)
     log.warning("always-on task %s: started %s", task, ", ".join(q.name for q in queries))

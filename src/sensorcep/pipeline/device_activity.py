@@ -24,7 +24,10 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
-from sensorcep.pipeline import lateness
+from sensorcep.io import delta, tables
+from sensorcep.pipeline import lateness, queries
+from sensorcep.pipeline.ingest import bronze_event_stream
+from sensorcep.pipeline.streaming import launch, writer_id
 from sensorcep.settings import Settings, parse_duration
 
 STATE_SCHEMA = "first_seen_ms long, last_seen_ms long, event_count long, online boolean"
@@ -144,17 +147,12 @@ def status_counts(status: DataFrame) -> dict[str, int]:
 QUERY = "device_activity"
 
 
+@queries.declare(QUERY, task="sampling_state", writes="device_status, late_events", pool="sampling", reads_bronze=True)
 def start_device_activity(spark, settings: Settings, *, wait: bool = True, events: DataFrame | None = None):
     """Run (availableNow) or start the device activity query: events (default: ``bronze_events`` as a Delta stream)
     -> ``device_status``."""
-    from sensorcep.io import delta, tables
-    from sensorcep.pipeline.ingest import bronze_event_stream
-    from sensorcep.pipeline.streaming import run_available_now, start_query, writer_id
 
     events = events if events is not None else bronze_event_stream(spark, settings)
     status = delta.batch_writer(tables.table(settings, "device_status"), lambda: writer_id(settings, QUERY))
     writer = lateness.late_event_writer(settings, QUERY, status)
-    runner = run_available_now if wait else start_query
-    return runner(
-        status_stream(events, settings, keep_late=True), settings, QUERY, foreach_batch=writer, pool="sampling"
-    )
+    return launch(status_stream(events, settings, keep_late=True), settings, QUERY, wait=wait, foreach_batch=writer)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -11,8 +12,9 @@ from pyspark.sql import functions as F
 from sensorcep.errors import SensorCepError
 from sensorcep.io import delta, tables
 from sensorcep.io.kafka import read_kafka, topic_partitions
+from sensorcep.pipeline import queries
 from sensorcep.pipeline.parsing import parse_events, quarantine_rows
-from sensorcep.pipeline.streaming import checkpoint_exists, run_available_now, start_query
+from sensorcep.pipeline.streaming import checkpoint_exists, launch
 from sensorcep.settings import Settings
 
 QUERY = "ingest"
@@ -57,7 +59,6 @@ class BronzeMissingError(SensorCepError, RuntimeError):
 def wait_for_bronze(spark: SparkSession, settings: Settings, timeout_s: float = 600.0) -> None:
     """Until ``bronze_events`` exists (the always-on job starts ingest and sampling together; ingest's first
     batch creates the table). Raises :class:`BronzeMissingError` after ``timeout_s``."""
-    import time
 
     bronze = tables.table(settings, "bronze_events")
     deadline = time.monotonic() + timeout_s
@@ -235,6 +236,7 @@ def load_devices(spark: SparkSession, settings: Settings) -> DataFrame | None:
     return delta.read_table(spark, devices) if delta.table_exists(devices, spark) else None
 
 
+@queries.declare(QUERY, task="ingest", writes="bronze_events, quarantine_events, duplicate_events")
 def start_ingest(spark: SparkSession, settings: Settings, *, wait: bool = True):
     """Run (availableNow: to the end of the topic) or start (interval trigger) the ingest query.
 
@@ -246,5 +248,4 @@ def start_ingest(spark: SparkSession, settings: Settings, *, wait: bool = True):
     starting = "earliest" if checkpoint_exists(settings, QUERY) else resume_offsets(spark, settings)
     raw = read_kafka(spark, settings, settings.events_topic, starting_offsets=starting)
     stream = bronze_stream(raw, settings, devices)
-    runner = run_available_now if wait else start_query
-    return runner(stream, settings, QUERY, foreach_batch=write_ingest_batch(settings, extra))
+    return launch(stream, settings, QUERY, wait=wait, foreach_batch=write_ingest_batch(settings, extra))

@@ -29,7 +29,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from sensorcep.pipeline import lateness
+from sensorcep.io import delta, tables
+from sensorcep.observability.reports import state_variable
+from sensorcep.pipeline import lateness, queries
+from sensorcep.pipeline.ingest import bronze_event_stream
+from sensorcep.pipeline.streaming import launch, query_conf, writer_id
 from sensorcep.settings import Settings
 
 ORDER = ["event_time_us", "device_id", "sensor_freq"]
@@ -264,15 +268,13 @@ def to_sample_rows(processor_output: DataFrame) -> DataFrame:
 QUERY = "sampling"
 
 
+@queries.declare(QUERY, task="sampling_state", writes="sensor_samples, late_events", pool="sampling", reads_bronze=True)
 def start_sampling(spark, settings: Settings, *, wait: bool = True, events: DataFrame | None = None):
     """Run (availableNow) or start the sampling query: events -> ``sensor_samples`` (idempotent per batch).
 
     ``events`` defaults to ``bronze_events`` as a Delta stream (parsed and deduplicated once, by 01); tests pass a
     controlled stream.
     """
-    from sensorcep.io import delta, tables
-    from sensorcep.pipeline.ingest import bronze_event_stream
-    from sensorcep.pipeline.streaming import query_conf, run_available_now, start_query, writer_id
 
     events = events if events is not None else bronze_event_stream(spark, settings)
     samples = delta.batch_writer(
@@ -280,9 +282,8 @@ def start_sampling(spark, settings: Settings, *, wait: bool = True, events: Data
     )
     writer = lateness.late_event_writer(settings, QUERY, samples)
     stream = sample_stream(events, settings, keep_late=True)
-    runner = run_available_now if wait else start_query
     with query_conf(spark, state_partitions(spark, settings)):
-        return runner(stream, settings, QUERY, foreach_batch=writer, pool="sampling")
+        return launch(stream, settings, QUERY, wait=wait, foreach_batch=writer)
 
 
 def state_partitions(spark, settings: Settings) -> dict[str, str]:
@@ -300,4 +301,24 @@ def window_summary(samples: DataFrame) -> DataFrame:
         samples.groupBy("window_start", "window_end")
         .agg(F.count("*").alias("samples"), F.sum("is_anomalous").alias("anomalies"))
         .orderBy("window_start")
+    )
+
+
+# ------------------------------------------------------------------------------ its state, read back
+def state_chunks(spark, settings: Settings) -> pd.DataFrame:
+    """What the sampling processor holds: one row per scope key and chunk (the events one micro-batch brought),
+    with the slide buckets it spans and its Arrow bytes. A chunk is freed once the last window holding its last
+    bucket has closed."""
+
+    chunks = state_variable(spark, settings, "sampling", "chunks")
+    return (
+        chunks.select(
+            F.col("key.scope").alias("scope"),
+            F.col("user_map_key.chunk").alias("chunk"),
+            F.timestamp_millis("user_map_key.first_bucket_ms").alias("first_bucket"),
+            F.timestamp_millis("user_map_key.last_bucket_ms").alias("last_bucket"),
+            F.length("user_map_value.events").alias("bytes"),
+        )
+        .orderBy("scope", "chunk")
+        .toPandas()
     )

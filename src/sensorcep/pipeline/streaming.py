@@ -21,6 +21,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sensorcep.errors import SensorCepError
+from sensorcep.observability.monitoring import ensure_progress_listener, flush_progress
+from sensorcep.observability.progress import offsets_behind
+from sensorcep.pipeline import queries
 from sensorcep.runtime import classic_context, session_key, set_trigger
 from sensorcep.settings import Settings, parse_trigger
 
@@ -67,7 +70,6 @@ def start_query(
     context = scheduler_pool_context(spark) if pool else None
     if context is not None:
         context.setLocalProperty("spark.scheduler.pool", pool)
-    from sensorcep.observability.monitoring import ensure_progress_listener
 
     ensure_progress_listener(spark, settings, query)
     claim = claim_checkpoint(settings, query, realtime=realtime)
@@ -104,7 +106,6 @@ def finish(
     if query.exception() is not None:
         raise explain_failure(query, query.exception())
     release_checkpoints()
-    from sensorcep.observability.monitoring import flush_progress
 
     flush_progress(SparkSession.active(), settings, query)
     return query
@@ -269,6 +270,16 @@ def materialized(batch: DataFrame):
         cached.unpersist()
 
 
+def launch(df: DataFrame, settings: Settings, query: str, *, wait: bool, **kwargs) -> StreamingQuery:
+    """Start the declared query ``query`` (:mod:`sensorcep.pipeline.queries`) with its trigger setting and its pool;
+    ``wait``: run it to the end of its input (:func:`run_available_now`), else return it running."""
+    declared = queries.query(query)
+    kwargs.setdefault("trigger", declared.trigger(settings))
+    if declared.pool:
+        kwargs.setdefault("pool", declared.pool)
+    return (run_available_now if wait else start_query)(df, settings, query, **kwargs)
+
+
 def run_available_now(df: DataFrame, settings: Settings, query: str, **kwargs) -> StreamingQuery:
     """Start with the settings' trigger and, for availableNow, wait until everything is processed."""
     started = start_query(df, settings, query, **kwargs)
@@ -309,8 +320,6 @@ def stop_when_caught_up(
     interval of the query catching up. Raises the query's error if it failed, TimeoutError if it never caught up.
     """
 
-    from sensorcep.observability.monitoring import offsets_behind
-
     def reported_after(start: int | None) -> bool:
         last = query.lastProgress
         return last is not None and (start is None or last.batchId > start)
@@ -335,3 +344,40 @@ def stop_when_caught_up(
         time.sleep(poll_s)
     query.stop()
     return query
+
+
+#: loggers that report a stopped query's interrupted tasks as errors: a sink's write "is aborting", the task's
+#: InterruptException, "Aborting commit for partition" (the real-time alert query's long-running Kafka writes)
+STOP_NOISE_LOGGERS = (
+    "org.apache.spark.sql.execution.datasources.v2.WriteToDataSourceV2Exec",
+    "org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask",
+    "org.apache.spark.util.Utils",
+)
+
+
+def stop_queries(queries: list[StreamingQuery], settle_s: float = 10.0) -> None:
+    """Stop the queries that still run, quietly: while they stop (and their killed tasks wind down, at most
+    ``settle_s``), the loggers of :data:`STOP_NOISE_LOGGERS` are silenced, then restored. A query that fails is not
+    stopped here, so its error is still reported. Under Spark Connect (no JVM at hand) the stop is plain."""
+    running = [q for q in queries if q.isActive]
+    if not running:
+        return
+    context = classic_context(running[0].sparkSession)
+    if context is None:
+        for query in running:
+            query.stop()
+        return
+    jvm = context._jvm
+    configurator, level = jvm.org.apache.logging.log4j.core.config.Configurator, jvm.org.apache.logging.log4j.Level
+    saved = {name: jvm.org.apache.logging.log4j.LogManager.getLogger(name).getLevel() for name in STOP_NOISE_LOGGERS}
+    for name in STOP_NOISE_LOGGERS:
+        configurator.setLevel(name, level.OFF)
+    try:
+        for query in running:
+            query.stop()
+        deadline = time.monotonic() + settle_s
+        while context.statusTracker().getActiveStageIds() and time.monotonic() < deadline:
+            time.sleep(0.1)  # killed tasks still winding down log their interruption
+    finally:
+        for name, previous in saved.items():
+            configurator.setLevel(name, previous)

@@ -1,0 +1,194 @@
+"""The laptop twin's SparkSession and ``dbutils`` stand-in: what Databricks provides on a cluster.
+
+A local session with the pinned Kafka and Delta jars (fetched by ``make jars``), Delta's SQL extension and catalog,
+RocksDB state, FAIR pools from ``scheduler_pools`` and, for tests, a Spark Connect server; widgets that read the
+local runner's job parameters and secrets from environment variables. Cluster code never imports this module:
+:func:`sensorcep.runtime.get_spark` and :func:`~sensorcep.runtime.get_dbutils` reach it through the package's
+``sensorcep.laptop`` entry points.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from importlib.metadata import version
+
+from pyspark.sql import SparkSession
+
+from sensorcep.errors import SensorCepError
+from sensorcep.local.jars import pinned_version, spark_jars
+from sensorcep.runtime import OSS_ROCKSDB_PROVIDER
+from sensorcep.settings import defaults, parse_pools
+
+#: environment variable the local job runner uses to hand job parameters to the widget stand-in
+PARAMS_ENV = "SENSORCEP_NOTEBOOK_PARAMS"
+
+
+class JavaMissingError(SensorCepError, RuntimeError):
+    pass
+
+
+#: task slots beyond the cores: a real-time-mode query holds one slot per source partition for as long as it
+#: runs, and the micro-batch queries beside it still need slots (``SENSORCEP_EXTRA_TASK_SLOTS``)
+EXTRA_TASK_SLOTS = 4
+
+
+def local_spark_conf(cores: int | None = None) -> dict[str, str]:
+    cores = cores or os.cpu_count() or 2
+    slots = cores + int(os.environ.get("SENSORCEP_EXTRA_TASK_SLOTS", EXTRA_TASK_SLOTS))
+    return {
+        "spark.master": f"local[{slots}]",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(cores),
+        "spark.default.parallelism": str(cores),
+        "spark.sql.streaming.stateStore.providerClass": OSS_ROCKSDB_PROVIDER,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.streaming.numRecentProgressUpdates": "1000",
+        "spark.sql.streaming.asyncLogPurge.enabled": "true",
+        "spark.scheduler.mode": "FAIR",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.log.level": "ERROR",
+        "spark.driver.memory": os.environ.get("SENSORCEP_DRIVER_MEMORY", "6g"),
+        "spark.sql.adaptive.enabled": "false",
+        "spark.python.worker.reuse": "true",
+        # Python workers (stateful processors) yield the CPU to the real-time alert query's JVM tasks
+        "spark.python.daemon.module": "sensorcep.local.low_priority_daemon",
+        # every idempotent Delta write replays the table's log to find its transactions: one task, not 50
+        # (measured here: ~0.7 s per small txn append with 1, ~0.9 s with 2, 3-4.5 s with 50)
+        "spark.databricks.delta.snapshotPartitions": "1",
+    }
+
+
+def check_java() -> str:
+    """Return the java executable or raise one clear sentence."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        raise JavaMissingError(
+            "Java 17 was not found: install a JDK 17 (e.g. `apt-get install openjdk-17-jre-headless`) "
+            "or set JAVA_HOME, then run the command again."
+        )
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    if '"1.' in out or not any(f'"{v}' in out for v in ("17", "18", "19", "20", "21", "22", "23", "24", "25")):
+        raise JavaMissingError(f"Spark 4 needs Java 17 or newer; {java} reports: {out.splitlines()[0] if out else '?'}")
+    return java
+
+
+def connector_conf() -> dict[str, str]:
+    """Spark's Kafka connector and Delta Lake for a local session: the jars pinned in ``jvm/pom.xml``
+    (fetched by ``make venv``) and Delta's SQL extension and catalog, as Delta's docs configure them."""
+
+    if version("delta-spark") != pinned_version("delta.version"):
+        raise RuntimeError(
+            f"delta-spark {version('delta-spark')} (requirements.txt) differs from Delta's jars "
+            f"{pinned_version('delta.version')} (jvm/pom.xml): pin the same version in both"
+        )
+    return {
+        "spark.jars": ",".join(spark_jars()),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    }
+
+
+#: a local session also serves Spark Connect on this port when the variable is set (tests; trying Connect locally)
+CONNECT_PORT_ENV = "SENSORCEP_CONNECT_SERVER_PORT"
+
+
+def connect_server_conf() -> dict[str, str]:
+    """Spark Connect's server as a plugin of the local session (its jar ships in the pyspark wheel): a client
+    started with ``SPARK_REMOTE=sc://localhost:<port>`` then runs on this JVM, with its jars and confs."""
+    port = os.environ.get(CONNECT_PORT_ENV)
+    if not port:
+        return {}
+    return {"spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin", "spark.connect.grpc.binding.port": port}
+
+
+def fair_pools_file() -> str:
+    """A FAIR scheduler allocation file with the pools and weights of ``scheduler_pools`` (local session).
+
+    On Databricks the cluster's scheduler is already FAIR; a pool named by a query is created on first
+    use with weight 1 unless the cluster points ``spark.scheduler.allocation.file`` at such a file.
+    """
+
+    pools = "".join(
+        f'<pool name="{name}"><schedulingMode>FAIR</schedulingMode>'
+        f"<weight>{weight}</weight><minShare>0</minShare></pool>"
+        for name, weight in parse_pools(defaults()["scheduler_pools"]).items()
+    )
+    path = os.path.join(tempfile.gettempdir(), f"sensorcep-fairscheduler-{os.getpid()}.xml")
+    with open(path, "w") as out:
+        out.write(f'<?xml version="1.0"?><allocations>{pools}</allocations>')
+    return path
+
+
+# ------------------------------------------------------------------------------ dbutils
+class _LocalWidgets:
+    """Just enough of ``dbutils.widgets`` for notebooks to run unchanged locally.
+
+    Values come from the job parameters the local runner passes (``SENSORCEP_NOTEBOOK_PARAMS``),
+    falling back to the widget's default.
+    """
+
+    def __init__(self, params: dict[str, str] | None = None):
+        self._params = params if params is not None else json.loads(os.environ.get(PARAMS_ENV, "{}"))
+        self._defaults: dict[str, str] = {}
+
+    def text(self, name: str, defaultValue: str = "", label: str | None = None) -> None:
+        self._defaults[name] = defaultValue
+
+    dropdown = combobox = lambda self, name, defaultValue, choices=None, label=None: self.text(name, defaultValue)
+
+    def get(self, name: str) -> str:
+        if name in self._params:
+            return str(self._params[name])
+        if name in self._defaults:
+            return self._defaults[name]
+        raise ValueError(f"No widget named {name!r} is defined")
+
+    def getAll(self) -> dict[str, str]:
+        return {**self._defaults, **{k: str(v) for k, v in self._params.items()}}
+
+    def removeAll(self) -> None:
+        self._defaults.clear()
+
+
+class _LocalSecrets:
+    """Secrets from environment variables: scope ``s``, key ``k`` -> ``$S_K`` (upper case, - -> _)."""
+
+    def get(self, scope: str, key: str) -> str:
+        name = f"{scope}_{key}".upper().replace("-", "_")
+        if name not in os.environ:
+            raise KeyError(f"secret {scope}/{key} not found: set the environment variable {name}")
+        return os.environ[name]
+
+
+class LocalDbutils:
+    local = True  # widgets fall back to the laptop's defaults (settings.settings_from_widgets)
+
+    def __init__(self, params: dict[str, str] | None = None):
+        self.widgets = _LocalWidgets(params)
+        self.secrets = _LocalSecrets()
+
+
+def start(app_name: str = "sensor-cep", extra_conf: tuple = ()) -> SparkSession:
+    """The local SparkSession (entry point ``sensorcep.laptop: session``)."""
+    check_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    conf = {
+        **local_spark_conf(),
+        **connector_conf(),
+        "spark.scheduler.allocation.file": fair_pools_file(),
+        **connect_server_conf(),
+        **dict(extra_conf),
+    }
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

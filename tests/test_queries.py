@@ -1,0 +1,55 @@
+"""The query registry: every streaming query declared once, and every part of the project reading it."""
+
+import pytest
+
+from sensorcep.local import jobs
+from sensorcep.pipeline import always_on, queries
+from sensorcep.settings import Settings
+
+
+def test_every_query_is_declared_once_with_its_task_trigger_setting_and_pool():
+    declared = queries.registry()
+    assert list(declared) == ["ingest", "device_activity", "sampling", "alerts", "anomalies", "escalations"]
+    assert {name: q.task for name, q in declared.items()} == {
+        "ingest": "ingest",
+        "device_activity": "sampling_state",
+        "sampling": "sampling_state",
+        "alerts": "alerts",
+        "anomalies": "alert_records",
+        "escalations": "alert_records",
+    }
+    assert [name for name, q in declared.items() if q.trigger_setting == "alerts_trigger"] == ["alerts"]
+    assert {q.pool for q in declared.values()} == {None, "sampling", "alerts"}
+    assert all(q.start.__name__.startswith("start_") for q in declared.values())
+
+
+def test_the_always_on_job_and_the_bundle_run_the_registry_tasks():
+    assert always_on.TASKS == queries.TASK_ORDER == tuple(queries.tasks())
+    assert [t.parameters["task"] for t in jobs.tasks(jobs.ALWAYS_ON_JOB_KEY)] == list(queries.TASK_ORDER)
+
+
+def test_monitoring_knows_each_declared_querys_trigger():
+    s = Settings(trigger="10 seconds", alerts_trigger="1 second", query_suffix="_x")
+    intervals = queries.trigger_intervals(s)
+    assert intervals == {f"{name}_x": 1_000 if name == "alerts" else 10_000 for name in queries.registry()}
+
+
+def test_adding_a_query_is_one_declaration(monkeypatch):
+    monkeypatch.setattr(queries, "_DECLARED", dict(queries._DECLARED))
+
+    @queries.declare("hourly_rollup", task="sampling_state", writes="rollups", pool="sampling", reads_bronze=True)
+    def start_hourly_rollup(spark, settings, *, wait=True):
+        return None
+
+    assert queries.query("hourly_rollup").start is start_hourly_rollup
+    assert [q.name for q in queries.tasks()["sampling_state"]] == ["device_activity", "hourly_rollup", "sampling"]
+    assert "hourly_rollup" in queries.trigger_intervals(Settings())
+
+
+def test_declarations_refuse_what_the_project_cannot_run():
+    with pytest.raises(ValueError, match="task must be one of"):
+        queries.declare("x", task="nightly", writes="t")
+    with pytest.raises(ValueError, match="trigger_setting must be trigger or alerts_trigger"):
+        queries.declare("x", task="ingest", writes="t", trigger_setting="sometimes")
+    with pytest.raises(queries.UnknownQueryError, match="no query named 'ingets'; the project's queries: ingest, "):
+        queries.query("ingets")
