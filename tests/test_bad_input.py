@@ -113,12 +113,12 @@ def test_every_record_is_an_event_or_a_quarantine_row_and_the_stream_survives(sp
 
     bronze = (
         delta_frame(settings.table_path("bronze_events"), ["device_id", "event_time", "partition", "offset"])
-        if delta.table_exists(settings.table_path("bronze_events"))
+        if delta.table_exists(settings.table_path("bronze_events"), spark)
         else pd.DataFrame(columns=["partition", "offset"])
     )
     quarantine = (
         delta_frame(settings.table_path("quarantine_events"), ["partition", "offset", "reason"])
-        if delta.table_exists(settings.table_path("quarantine_events"))
+        if delta.table_exists(settings.table_path("quarantine_events"), spark)
         else pd.DataFrame(columns=["partition", "offset", "reason"])
     )
     assert quarantine.reason.notna().all() and (quarantine.reason.str.len() > 0).all()

@@ -126,7 +126,7 @@ def test_a_progress_table_that_cannot_be_written_costs_a_bounded_buffer_and_says
     blocker.write_text("not a folder")  # a real write failure: the table's folder would be inside a file
     broken = settings.replace(base_path=str(blocker), tables="paths")
     listener = monitoring.DeltaProgressListener(spark)  # not registered: fed by hand below
-    listener.route("probe", monitoring.tables.table(broken, "stream_progress"))
+    listener.route("probe", broken)
     for batch_id in range(5):
         progress = {"name": "probe", "id": "q", "runId": "r", "batchId": batch_id, "timestamp": "2026-01-05T12:00:00Z"}
         listener.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(json=json.dumps(progress))))

@@ -1,9 +1,10 @@
 """Delta tables through Delta Lake's Spark connector: the same calls locally and on Databricks.
 
-Every function takes a :class:`~sensorcep.io.tables.Table` (a catalog name, a path, or both: see
-:mod:`sensorcep.io.tables`) or a path. A micro-batch is appended exactly once with Delta's idempotent writes
-(``txnAppId`` = the writer, ``txnVersion`` = the batch id): a batch replayed after a crash is recognised by Delta and
-skipped.
+Every function takes the session and a :class:`~sensorcep.io.tables.Table` (a catalog name, a path, or both: see
+:mod:`sensorcep.io.tables`) or a path (scratch tables, tests); pipeline code goes through
+:class:`sensorcep.io.lake.Tables`, which names the tables. A micro-batch is appended exactly once with Delta's
+idempotent writes (``txnAppId`` = the writer, ``txnVersion`` = the batch id): a batch replayed after a crash is
+recognised by Delta and skipped.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
 from sensorcep.io import tables
 from sensorcep.io.tables import Table
-from sensorcep.runtime import get_spark
 
 
 def write_batch(
@@ -85,9 +85,9 @@ def _save(writer: DataFrameWriter, table: Table, spark: SparkSession) -> None:
     tables.register(spark, table)
 
 
-def table_exists(table: Table | str, spark: SparkSession | None = None) -> bool:
+def table_exists(table: Table | str, spark: SparkSession) -> bool:
     """Whether the Delta table exists (asked of the catalog, or for a path of the files)."""
-    table, spark = tables.as_table(table), spark or _spark()
+    table = tables.as_table(table)
     if table.identifier is not None:
         tables.register(spark, table)
         return spark.catalog.tableExists(table.identifier)
@@ -113,11 +113,6 @@ def read_stream(spark: SparkSession, table: Table | str) -> DataFrame:
         return spark.readStream.format("delta").load(table.location)
     tables.register(spark, table)
     return spark.readStream.table(table.identifier)
-
-
-def _spark() -> SparkSession:
-
-    return get_spark()
 
 
 def merge_new_rows(

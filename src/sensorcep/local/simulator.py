@@ -18,7 +18,7 @@ import pandas as pd
 from confluent_kafka import Producer
 from tqdm.auto import tqdm
 
-from sensorcep.io import delta, tables
+from sensorcep.io.lake import Tables
 from sensorcep.pipeline.alerts import alert_id, rule_text
 from sensorcep.runtime import get_spark
 
@@ -264,8 +264,7 @@ def devices_dimension(devices: int, seed: int) -> pd.DataFrame:
 
 def write_devices_table(settings, devices: int, seed: int):
     """Write (overwrite) the devices dimension Delta table; returns it (a :class:`~sensorcep.io.tables.Table`)."""
-
-    rows = get_spark().createDataFrame(devices_dimension(devices, seed))
-    devices_table = tables.table(settings, "devices")
-    delta.write_table(rows, devices_table, mode="overwrite")
-    return devices_table
+    spark = get_spark()
+    lake = Tables(spark, settings)
+    lake.write(spark.createDataFrame(devices_dimension(devices, seed)), "devices", mode="overwrite")
+    return lake["devices"]

@@ -6,7 +6,8 @@ import contextlib
 import os
 from pathlib import Path
 
-from sensorcep.io import delta, tables
+from sensorcep.io.lake import Tables
+from sensorcep.io.tables import table
 from sensorcep.pipeline.ingest import quarantine_reasons
 from sensorcep.runtime import get_spark
 from sensorcep.settings import PROJECT_ROOT, TABLES, Settings
@@ -14,10 +15,9 @@ from sensorcep.settings import PROJECT_ROOT, TABLES, Settings
 
 def table_counts(spark, settings: Settings) -> dict[str, int | None]:
 
-    counts = {}
+    counts, lake = {}, Tables(spark, settings)
     for name in TABLES:
-        table = tables.table(settings, name)
-        counts[name] = delta.read_table(spark, table).count() if delta.table_exists(table, spark) else None
+        counts[name] = lake.read(name).count() if lake.exists(name) else None
     return counts
 
 
@@ -28,7 +28,7 @@ def print_summary(settings: Settings, runs_dir: Path | None = None) -> None:
         spark = get_spark()
     print(f"\nDelta tables (files under {settings.base_path}/tables)")
     for name, count in table_counts(spark, settings).items():
-        print(f"  {str(tables.table(settings, name)):<40} {'-' if count is None else f'{count:,}':>12}")
+        print(f"  {str(table(settings, name)):<40} {'-' if count is None else f'{count:,}':>12}")
     reasons = quarantine_reasons(spark, settings)
     if len(reasons):
         print("quarantined records by reason")

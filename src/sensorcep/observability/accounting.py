@@ -12,7 +12,7 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from sensorcep.io import delta, tables
+from sensorcep.io.lake import Tables
 from sensorcep.settings import Settings
 
 DESTINATIONS = ("bronze_events", "quarantine_events", "duplicate_events")
@@ -20,17 +20,13 @@ DESTINATIONS = ("bronze_events", "quarantine_events", "duplicate_events")
 
 def ingest_accounting(spark: SparkSession, settings: Settings) -> pd.DataFrame:
     """One row per destination table of ingest: records of ``events_topic`` in it, and their Kafka offsets' span."""
-    rows = []
+    rows, lake = [], Tables(spark, settings)
     for name in DESTINATIONS:
-        table = tables.table(settings, name)
-        if not delta.table_exists(table, spark):
+        if not lake.exists(name):
             rows.append({"table": name, "records": 0})
             continue
         found = (
-            delta.read_table(spark, table)
-            .where(F.col("topic") == settings.events_topic)
-            .agg(F.count("*").alias("records"))
-            .first()
+            lake.read(name).where(F.col("topic") == settings.events_topic).agg(F.count("*").alias("records")).first()
         )
         rows.append({"table": name, "records": int(found["records"])})
     frame = pd.DataFrame(rows)
@@ -43,9 +39,9 @@ def late_event_summary(spark: SparkSession, settings: Settings, progress: pd.Dat
     rows the query's stateful operators reported dropped by the watermark (``stream_progress``; an operator chain
     counts a row once per operator), and ``accounted``: False when rows were dropped and none is in ``late_events``."""
     columns = ["query", "late_events", "max_late_by_s", "last_watermark", "dropped", "accounted"]
-    table = tables.table(settings, "late_events")
+    lake = Tables(spark, settings)
     late = (
-        delta.read_table(spark, table)
+        lake.read("late_events")
         .groupBy("query")
         .agg(
             F.count("*").alias("late_events"),
@@ -53,7 +49,7 @@ def late_event_summary(spark: SparkSession, settings: Settings, progress: pd.Dat
             F.max("watermark").alias("last_watermark"),
         )
         .toPandas()
-        if delta.table_exists(table, spark)
+        if lake.exists("late_events")
         else pd.DataFrame(columns=columns[:4])
     )
     if progress is not None and len(progress):

@@ -17,8 +17,8 @@ import threading
 import pyarrow as pa
 from pyspark.sql.streaming import StreamingQueryListener
 
-from sensorcep.io import delta, tables
-from sensorcep.io.tables import Table
+from sensorcep.io.lake import Tables
+from sensorcep.io.tables import table
 from sensorcep.observability.progress import PROGRESS_SCHEMA, progress_row
 from sensorcep.runtime import session_alive, session_key
 from sensorcep.settings import Settings
@@ -40,13 +40,13 @@ class DeltaProgressListener(StreamingQueryListener):
 
     def __init__(self, spark):
         self._spark = spark  # the session whose queries it hears and whose Delta writer it uses
-        self._routes: dict[str, Table] = {}  # query name -> its stream_progress table
-        self._buffers: dict[Table, list[dict]] = {}  # table -> rows not yet written
+        self._routes: dict[str, Settings] = {}  # query name -> the settings whose stream_progress it goes to
+        self._buffers: dict[Settings, list[dict]] = {}  # settings -> rows not yet written to their table
         self._lock = threading.Lock()
         self._terminated: dict[str, threading.Event] = {}
         self._wake = threading.Event()
         self._writing = threading.Lock()  # one flush at a time: the first write creates the table
-        self._failures: dict[Table, int] = {}  # table -> consecutive failed writes of its buffered rows
+        self._failures: dict[Settings, int] = {}  # settings -> consecutive failed writes of their buffered rows
         self.rows_lost = 0  # rows given up after WRITE_ATTEMPTS failed writes
         threading.Thread(target=self._flush_when_woken, name="stream-progress-writer", daemon=True).start()
 
@@ -56,9 +56,9 @@ class DeltaProgressListener(StreamingQueryListener):
             self._wake.clear()
             self.flush()
 
-    def route(self, query_name: str, table: Table) -> None:
+    def route(self, query_name: str, settings: Settings) -> None:
         with self._lock:
-            self._routes[query_name] = table
+            self._routes[query_name] = settings
 
     def onQueryStarted(self, event) -> None:
         self._terminated.setdefault(str(event.id), threading.Event())
@@ -66,10 +66,10 @@ class DeltaProgressListener(StreamingQueryListener):
     def onQueryProgress(self, event) -> None:
         progress = json.loads(event.progress.json)
         with self._lock:
-            table = self._routes.get(progress.get("name"))
-            if table is None:
+            target = self._routes.get(progress.get("name"))
+            if target is None:
                 return
-            buffer = self._buffers.setdefault(table, [])
+            buffer = self._buffers.setdefault(target, [])
             buffer.append(progress_row(progress))
             full = len(buffer) >= FLUSH_EVERY
         if full:
@@ -95,39 +95,40 @@ class DeltaProgressListener(StreamingQueryListener):
         with self._lock:
             buffers, self._buffers = self._buffers, {}
         written = 0
-        for table, rows in buffers.items():
+        for target, rows in buffers.items():
             if not rows:
                 continue
             try:
-                _append_progress(self._spark, table, rows)
+                _append_progress(self._spark, target, rows)
                 written += len(rows)
-                self._failures.pop(table, None)
+                self._failures.pop(target, None)
             except Exception as exc:  # a monitoring failure must never take a query down
-                self._failed(table, rows, exc)
+                self._failed(target, rows, exc)
         return written
 
-    def _failed(self, table: Table, rows: list[dict], exc: Exception) -> None:
+    def _failed(self, target: Settings, rows: list[dict], exc: Exception) -> None:
         """Keep the rows for the next flush, up to ``WRITE_ATTEMPTS`` failures in a row; then give them up and
         say how many, so a table that cannot be written costs a bounded buffer, not a growing one."""
-        failures = self._failures[table] = self._failures.get(table, 0) + 1
+        failures = self._failures[target] = self._failures.get(target, 0) + 1
+        where = table(target, "stream_progress")
         if failures < WRITE_ATTEMPTS:
             log.warning(
                 "could not write %d progress rows to %s (attempt %d of %d): %s",
                 len(rows),
-                table,
+                where,
                 failures,
                 WRITE_ATTEMPTS,
                 exc,
             )
             with self._lock:
-                self._buffers[table] = rows + self._buffers.get(table, [])
+                self._buffers[target] = rows + self._buffers.get(target, [])
             return
-        self._failures.pop(table)
+        self._failures.pop(target)
         self.rows_lost += len(rows)
         log.error(
             "gave up %d progress rows for %s after %d failed writes (%d lost so far): %s",
             len(rows),
-            table,
+            where,
             WRITE_ATTEMPTS,
             self.rows_lost,
             exc,
@@ -137,10 +138,10 @@ class DeltaProgressListener(StreamingQueryListener):
         return self._terminated.setdefault(str(query_id), threading.Event()).wait(timeout)
 
 
-def _append_progress(spark, table: Table, rows: list[dict]) -> None:
+def _append_progress(spark, settings: Settings, rows: list[dict]) -> None:
 
     frame = pa.Table.from_pylist(rows, schema=PROGRESS_SCHEMA)
-    delta.write_table(spark.createDataFrame(frame), table, mode="append", partition_by=["part_date"])
+    Tables(spark, settings).write(spark.createDataFrame(frame), "stream_progress", partition_by=["part_date"])
 
 
 _listeners: dict[str, DeltaProgressListener] = {}
@@ -157,7 +158,7 @@ def ensure_progress_listener(spark, settings: Settings, query: str | None = None
         spark.streams.addListener(listener)
         _listeners[key] = listener
     if query is not None:
-        _listeners[key].route(settings.query_name(query), tables.table(settings, "stream_progress"))
+        _listeners[key].route(settings.query_name(query), settings)
     return _listeners[key]
 
 

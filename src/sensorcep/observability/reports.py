@@ -8,7 +8,7 @@ import os
 
 import pandas as pd
 
-from sensorcep.io import delta, tables
+from sensorcep.io.lake import Tables
 from sensorcep.observability.plots import plot_query_progress
 from sensorcep.observability.progress import PROGRESS_SCHEMA, progress_row
 from sensorcep.settings import Settings
@@ -34,10 +34,10 @@ def progress_frame(
 def read_progress(spark, settings: Settings):
     """Delta ``stream_progress`` as a pandas frame (empty, with the columns, when nothing was recorded yet)."""
 
-    progress = tables.table(settings, "stream_progress")
-    if not delta.table_exists(progress, spark):
+    lake = Tables(spark, settings)
+    if not lake.exists("stream_progress"):
         return PROGRESS_SCHEMA.empty_table().to_pandas()
-    frame = delta.read_table(spark, progress).toPandas()
+    frame = lake.read("stream_progress").toPandas()
     return frame.sort_values(["query_name", "timestamp", "batch_id"]).reset_index(drop=True) if len(frame) else frame
 
 

@@ -23,8 +23,8 @@ import hashlib
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sensorcep.io import delta, tables
 from sensorcep.io.kafka import read_kafka, sink_options, write_kafka
+from sensorcep.io.lake import Tables
 from sensorcep.pipeline import lateness, queries, sampling
 from sensorcep.pipeline.ingest import valid_events
 from sensorcep.pipeline.parsing import KAFKA_COORDINATES, record_columns, seconds_interval
@@ -109,7 +109,6 @@ def merge_anomalies_batch(settings: Settings):
     The merge is idempotent by itself: a replayed batch or a re-sent alert finds its row and adds nothing (the
     first copy's ``detected_at`` stays).
     """
-    anomalies = tables.table(settings, "anomalies")
 
     def write(batch: DataFrame, batch_id: int) -> None:
         rows = (
@@ -117,7 +116,7 @@ def merge_anomalies_batch(settings: Settings):
             .dropDuplicates(["alert_id"])
             .select(*ANOMALY_FIELDS, F.to_date("event_time").alias("part_date"))
         )
-        delta.merge_new_rows(rows, anomalies, "alert_id", ["part_date"])
+        Tables(batch.sparkSession, settings).merge_new_rows(rows, "anomalies", "alert_id", ["part_date"])
 
     return write
 
@@ -182,9 +181,7 @@ def alert_latency(spark: SparkSession, settings: Settings, since=None):
     """``anomalies`` rows detected since ``since`` (all if None) with ``latency_s`` = detected_at - kafka_timestamp:
     from the event reaching Kafka to its alert reaching Kafka. Over a backlog that is the catch-up time; over live
     traffic, the alert path's end-to-end latency."""
-    rows = delta.read_table(spark, tables.table(settings, "anomalies")).select(
-        "alert_id", "kafka_timestamp", "detected_at"
-    )
+    rows = Tables(spark, settings).read("anomalies").select("alert_id", "kafka_timestamp", "detected_at")
     if since is not None:
         rows = rows.where(F.col("detected_at") >= F.lit(since))
     frame = rows.toPandas()
@@ -255,7 +252,6 @@ def _escalations(a: DataFrame, k: DataFrame, settings: Settings) -> DataFrame:
 def write_escalations_batch(settings: Settings):
     """foreachBatch: escalations -> ``alert_escalations``, one row per ``alert_id`` (MERGE, insert if new), and the
     new ones to ``escalations_topic`` when set (at least once: a batch cut short between the two sends again)."""
-    escalations = tables.table(settings, "alert_escalations")
 
     def write(batch: DataFrame, batch_id: int) -> None:
         columns = batch.columns + ["part_date"]
@@ -268,13 +264,13 @@ def write_escalations_batch(settings: Settings):
         with materialized(out) as rows:
             if rows.isEmpty():
                 return
-            spark = rows.sparkSession
-            if delta.table_exists(escalations, spark):
-                known = delta.read_table(spark, escalations).select("alert_id")
+            lake = Tables(rows.sparkSession, settings)
+            if lake.exists("alert_escalations"):
+                known = lake.read("alert_escalations").select("alert_id")
                 rows = rows.join(known, "alert_id", "left_anti")
             if settings.escalations_topic:
                 write_kafka(rows.select(["key", "value"]), settings, settings.escalations_topic)
-            delta.merge_new_rows(rows.select(columns), escalations, "alert_id", ["part_date"])
+            lake.merge_new_rows(rows.select(columns), "alert_escalations", "alert_id", ["part_date"])
 
     return write
 

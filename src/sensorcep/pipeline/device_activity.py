@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
-from sensorcep.io import delta, tables
+from sensorcep.io.lake import batch_writer
 from sensorcep.pipeline import lateness, queries
 from sensorcep.pipeline.ingest import bronze_event_stream
 from sensorcep.pipeline.streaming import launch, writer_id
@@ -153,6 +153,6 @@ def start_device_activity(spark, settings: Settings, *, wait: bool = True, event
     -> ``device_status``."""
 
     events = events if events is not None else bronze_event_stream(spark, settings)
-    status = delta.batch_writer(tables.table(settings, "device_status"), lambda: writer_id(settings, QUERY))
+    status = batch_writer(settings, "device_status", lambda: writer_id(settings, QUERY))
     writer = lateness.late_event_writer(settings, QUERY, status)
     return launch(status_stream(events, settings, keep_late=True), settings, QUERY, wait=wait, foreach_batch=writer)

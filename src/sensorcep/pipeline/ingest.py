@@ -10,8 +10,8 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from sensorcep.errors import SensorCepError
-from sensorcep.io import delta, tables
 from sensorcep.io.kafka import read_kafka, topic_partitions
+from sensorcep.io.lake import Tables
 from sensorcep.pipeline import queries
 from sensorcep.pipeline.parsing import parse_events, quarantine_rows
 from sensorcep.pipeline.streaming import checkpoint_exists, launch
@@ -60,11 +60,13 @@ def wait_for_bronze(spark: SparkSession, settings: Settings, timeout_s: float = 
     """Until ``bronze_events`` exists (the always-on job starts ingest and sampling together; ingest's first
     batch creates the table). Raises :class:`BronzeMissingError` after ``timeout_s``."""
 
-    bronze = tables.table(settings, "bronze_events")
+    lake = Tables(spark, settings)
     deadline = time.monotonic() + timeout_s
-    while not delta.table_exists(bronze, spark):  # polling a condition
+    while not lake.exists("bronze_events"):  # polling a condition
         if time.monotonic() > deadline:
-            raise BronzeMissingError(f"{bronze} did not appear within {timeout_s:.0f} s: is the ingest task running?")
+            raise BronzeMissingError(
+                f"{lake['bronze_events']} did not appear within {timeout_s:.0f} s: is the ingest task running?"
+            )
         time.sleep(1.0)
 
 
@@ -74,13 +76,13 @@ def bronze_event_stream(spark: SparkSession, settings: Settings) -> DataFrame:
     The medallion: each Kafka record is parsed and deduplicated once, in 01; downstream reads the Delta table, so
     sampling can be replayed or backfilled from bronze long after Kafka's retention dropped the records.
     """
-    bronze = tables.table(settings, "bronze_events")
-    if not delta.table_exists(bronze, spark):
+    lake = Tables(spark, settings)
+    if not lake.exists("bronze_events"):
         raise BronzeMissingError(
-            f"{bronze} does not exist yet: 02 reads bronze_events, which 01 ingest writes; "
+            f"{lake['bronze_events']} does not exist yet: 02 reads bronze_events, which 01 ingest writes; "
             "run 01 (the ingest task) first"
         )
-    return delta.read_stream(spark, bronze).select(*EVENT_FIELDS)
+    return lake.stream("bronze_events").select(*EVENT_FIELDS)
 
 
 #: an event's identity: a second record with the same key is a duplicate of the first
@@ -116,12 +118,10 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
     merged on Kafka coordinates first; bronze is appended last, so bronze's highest offset per partition marks
     completed batches (:func:`resume_offsets`).
     """
-    bronze = tables.table(settings, "bronze_events")
-    quarantine = tables.table(settings, "quarantine_events")
-    duplicates = tables.table(settings, "duplicate_events")
     columns = [*BRONZE_COLUMNS, *settings.extra_field_names, *extra_columns, "ingest_time", "part_date"]
 
     def write(batch: DataFrame, batch_id: int) -> None:
+        lake = Tables(batch.sparkSession, settings)
         batch = batch.withColumn("ingest_time", F.current_timestamp()).persist()
         try:
             bad = quarantine_rows(
@@ -129,18 +129,18 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
                 .withColumnRenamed("raw_value", "value")
                 .withColumn("key", F.lit(None).cast("binary"))
             )
-            delta.merge_new_rows(bad, quarantine, COORDINATES, ["part_date"], target_filter=_dates_of(bad))
+            lake.merge_new_rows(bad, "quarantine_events", COORDINATES, ["part_date"], target_filter=_dates_of(bad))
             good = batch.where(F.col("reason").isNull()).withColumn("part_date", F.to_date("event_time"))
             span = good.agg(F.min("event_time").alias("lo"), F.max("event_time").alias("hi")).first()
             if span["lo"] is None:
                 return
-            judged = _judge(good, bronze, span["lo"], span["hi"]).persist()
+            judged = _judge(good, lake, span["lo"], span["hi"]).persist()
             try:
                 dups = judged.where("_duplicate").select(*DUPLICATE_COLUMNS)
-                delta.merge_new_rows(dups, duplicates, COORDINATES, ["part_date"], target_filter=_dates_of(dups))
+                lake.merge_new_rows(dups, "duplicate_events", COORDINATES, ["part_date"], target_filter=_dates_of(dups))
                 new = judged.where("_new").select(*columns)
                 if not new.isEmpty():
-                    delta.write_table(new, bronze, "append", ["part_date"])
+                    lake.write(new, "bronze_events", "append", ["part_date"])
             finally:
                 judged.unpersist()
         finally:
@@ -149,7 +149,7 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
     return write
 
 
-def _judge(good: DataFrame, bronze: tables.Table, lo, hi) -> DataFrame:
+def _judge(good: DataFrame, lake: Tables, lo, hi) -> DataFrame:
     """The batch's valid records with ``_new`` (to append to bronze) and ``_duplicate`` (+ whose duplicate)."""
     first = Window.partitionBy(*EVENT_KEY).orderBy(*COORDINATES)
     ranked = good.select(
@@ -158,10 +158,9 @@ def _judge(good: DataFrame, bronze: tables.Table, lo, hi) -> DataFrame:
         F.first("partition").over(first).alias("_first_partition"),
         F.first("offset").over(first).alias("_first_offset"),
     )
-    spark = good.sparkSession
-    if delta.table_exists(bronze, spark):
+    if lake.exists("bronze_events"):
         held = (
-            delta.read_table(spark, bronze)
+            lake.read("bronze_events")
             .where(F.col("part_date").between(F.to_date(F.lit(lo)), F.to_date(F.lit(hi))))
             .where(F.col("event_time").between(F.lit(lo), F.lit(hi)))
             .select(
@@ -205,11 +204,11 @@ def resume_offsets(spark: SparkSession, settings: Settings) -> str:
     (a batch that was cut short) are read again, and the idempotent writes add nothing for the ones already kept.
     Partitions bronze knows nothing of start at the earliest record. ``earliest`` when bronze does not exist.
     """
-    bronze = tables.table(settings, "bronze_events")
-    if not delta.table_exists(bronze, spark):
+    lake = Tables(spark, settings)
+    if not lake.exists("bronze_events"):
         return "earliest"
     held = (
-        delta.read_table(spark, bronze)
+        lake.read("bronze_events")
         .where(F.col("topic") == settings.events_topic)
         .groupBy("partition")
         .agg(F.max("offset").alias("last"))
@@ -224,16 +223,16 @@ def resume_offsets(spark: SparkSession, settings: Settings) -> str:
 
 def quarantine_reasons(spark: SparkSession, settings: Settings) -> pd.DataFrame:
     """``quarantine_events`` by reason, most frequent first (unparseable times grouped under one reason)."""
-    quarantine = tables.table(settings, "quarantine_events")
-    if not delta.table_exists(quarantine, spark):
+    lake = Tables(spark, settings)
+    if not lake.exists("quarantine_events"):
         return pd.DataFrame({"reason": pd.Series([], dtype=object), "count": pd.Series([], dtype="int64")})
     reason = F.regexp_replace("reason", r"^unparseable event_time .*", "unparseable event_time").alias("reason")
-    return delta.read_table(spark, quarantine).groupBy(reason).count().orderBy(F.desc("count"), "reason").toPandas()
+    return lake.read("quarantine_events").groupBy(reason).count().orderBy(F.desc("count"), "reason").toPandas()
 
 
 def load_devices(spark: SparkSession, settings: Settings) -> DataFrame | None:
-    devices = tables.table(settings, "devices")
-    return delta.read_table(spark, devices) if delta.table_exists(devices, spark) else None
+    lake = Tables(spark, settings)
+    return lake.read("devices") if lake.exists("devices") else None
 
 
 @queries.declare(QUERY, task="ingest", writes="bronze_events, quarantine_events, duplicate_events")

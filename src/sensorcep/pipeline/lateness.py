@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sensorcep.io import delta, tables
+from sensorcep.io.lake import Tables
 from sensorcep.pipeline import parsing
 from sensorcep.pipeline.streaming import writer_id
 from sensorcep.settings import Settings
@@ -69,10 +69,9 @@ def late_event_writer(settings: Settings, query: str, write_output: Callable[[Da
     """``foreachBatch`` over :func:`with_input`'s stream: output rows to ``write_output``, late input rows (event time
     at or before the watermark Spark's late-row filter used in this batch) to ``late_events``, exactly once; rejected
     records, if the stream has them, to ``quarantine_events`` (merged on their Kafka coordinates)."""
-    late_events = tables.table(settings, "late_events")
-    quarantine = tables.table(settings, "quarantine_events")
 
     def write(batch: DataFrame, batch_id: int) -> None:
+        lake = Tables(batch.sparkSession, settings)
         mark_ms = late_watermark_ms(batch.sparkSession, settings, query, batch_id)
         mark = F.timestamp_millis(F.lit(mark_ms))
         keep = F.col("_out").isNotNull() | (F.col("_in.event_time") <= mark)
@@ -90,10 +89,10 @@ def late_event_writer(settings: Settings, query: str, write_output: Callable[[Da
                 F.lit(batch_id).cast("long").alias("batch_id"),
                 F.to_date("_in.event_time").alias("part_date"),
             )
-            delta.write_batch(late, late_events, writer_id(settings, query, "late"), batch_id, ["part_date"])
+            lake.append_batch(late, "late_events", writer_id(settings, query, "late"), batch_id, ["part_date"])
             if "_bad" in kept.columns:
                 bad = parsing.quarantine_rows(kept.where(F.col("_bad").isNotNull()).select("_bad.*"))
-                delta.merge_new_rows(bad, quarantine, ["topic", "partition", "offset"], ["part_date"])
+                lake.merge_new_rows(bad, "quarantine_events", ["topic", "partition", "offset"], ["part_date"])
         finally:
             kept.unpersist()
 

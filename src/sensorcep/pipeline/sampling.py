@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from sensorcep.io import delta, tables
+from sensorcep.io.lake import batch_writer
 from sensorcep.observability.reports import state_variable
 from sensorcep.pipeline import lateness, queries
 from sensorcep.pipeline.ingest import bronze_event_stream
@@ -277,9 +277,7 @@ def start_sampling(spark, settings: Settings, *, wait: bool = True, events: Data
     """
 
     events = events if events is not None else bronze_event_stream(spark, settings)
-    samples = delta.batch_writer(
-        tables.table(settings, "sensor_samples"), lambda: writer_id(settings, QUERY), ["part_date"]
-    )
+    samples = batch_writer(settings, "sensor_samples", lambda: writer_id(settings, QUERY), ["part_date"])
     writer = lateness.late_event_writer(settings, QUERY, samples)
     stream = sample_stream(events, settings, keep_late=True)
     with query_conf(spark, state_partitions(spark, settings)):

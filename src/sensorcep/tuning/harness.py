@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import functions as F
 
-from sensorcep.io import delta, tables
+from sensorcep.io.lake import Tables
 from sensorcep.observability.progress import progress_row
 from sensorcep.pipeline.sampling import sample_stream
 from sensorcep.pipeline.streaming import query_conf
@@ -253,6 +253,6 @@ def save_results(spark, table: pd.DataFrame, settings: Settings):
     typed = table.astype({c: "float64" for c in NUMERIC if c in table}).astype(
         {c: "Int64" for c in ("batches", "input_rows", "state_rows_max", "output_rows") if c in table}
     )
-    results = tables.table(settings, "tuning_results")
-    delta.write_table(spark.createDataFrame(typed), results, mode="append")
-    return results
+    lake = Tables(spark, settings)
+    lake.write(spark.createDataFrame(typed), "tuning_results", mode="append")
+    return lake["tuning_results"]
