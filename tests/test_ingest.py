@@ -80,3 +80,19 @@ def test_after_a_checkpoint_reset_the_new_querys_batches_are_written_not_taken_f
     ingest.start_ingest(spark, settings)
     bronze = set(_bronze_keys(settings))
     assert _expected(first) | _expected(second) == bronze  # nothing of the new query's first batches was skipped
+
+
+def test_a_first_run_of_only_bad_records_creates_an_empty_bronze_that_sampling_can_read(spark, settings):
+    import pandas as pd
+
+    from sensorcep.pipeline import sampling
+
+    create_topics(settings.kafka_bootstrap_servers, [settings.events_topic])
+    stamp = int(START.timestamp() * 1000)
+    bad = pd.DataFrame({"key": [None, None], "value": [b"{}", b"not json"], "timestamp_ms": [stamp, stamp]})
+    simulator.produce_records(bad, settings.kafka_bootstrap_servers, settings.events_topic)
+    ingest.start_ingest(spark, settings)
+    assert len(_quarantine(settings)) == 2
+    assert len(_bronze_keys(settings)) == 0  # the table exists, empty: 02 can start on it
+    sampling.start_sampling(spark, settings)  # no BronzeMissingError
+    assert len(delta_frame(settings.table_path("sensor_samples"))) == 0
