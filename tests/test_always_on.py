@@ -84,6 +84,8 @@ def test_always_on_job_runs_stops_and_resumes_without_loss_or_doubles(spark, set
     )
     assert not any(q.isActive for q in queries), "stopped cleanly"
     assert lines[-1].startswith("✔ stopped 6 queries")
+    realtime = [line for line in lines if "alerts since the last line" in line]  # between its checkpoints
+    assert realtime and all("real-time:" in line and "newest alert" in line for line in realtime)
     console = capfd.readouterr()  # the JVM's console too: the real-time query's interrupted Kafka writes
     assert not [line for line in console.err.splitlines() if " ERROR " in line], "a clean stop prints no ERROR line"
     bronze_after_first = len(delta_frame(settings.table_path("bronze_events")))

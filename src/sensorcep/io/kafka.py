@@ -59,6 +59,30 @@ def topic_partitions(settings: Settings, topic: str, timeout_s: float = 30.0) ->
     return sorted(found.partitions)
 
 
+def last_records(settings: Settings, topic: str, timeout_s: float = 10.0) -> tuple[int, list]:
+    """The topic's records so far (the sum of its partitions' end offsets) and the last record of each partition
+    (confluent-kafka ``Message`` objects; none for an empty partition)."""
+    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415 - a C extension: loaded only when asked
+
+    consumer = Consumer({**client_config(settings), "group.id": "sensorcep-live", "enable.auto.commit": False})
+    try:
+        total, wanted = 0, []
+        for partition in topic_partitions(settings, topic, timeout_s):
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout_s, cached=False
+            )
+            total += high
+            if high > low:
+                wanted.append(TopicPartition(topic, partition, high - 1))
+        if not wanted:
+            return total, []
+        consumer.assign(wanted)
+        found = [m for m in consumer.consume(len(wanted), timeout=timeout_s) if m.error() is None]
+        return total, found
+    finally:
+        consumer.close()
+
+
 def read_kafka(
     spark: SparkSession,
     settings: Settings,

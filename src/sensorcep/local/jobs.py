@@ -31,11 +31,11 @@ import yaml
 
 from sensorcep.errors import SensorCepError
 from sensorcep.local.session import PARAMS_ENV
-from sensorcep.observability.live import progress_line
+from sensorcep.observability.live import RealtimeAlertsLine, progress_line
 from sensorcep.pipeline import always_on
 from sensorcep.pipeline.streaming import explain_failure, stop_queries
 from sensorcep.runtime import get_spark
-from sensorcep.settings import PROJECT_ROOT, Settings, defaults, is_realtime, parse_trigger
+from sensorcep.settings import PROJECT_ROOT, Settings, defaults, is_realtime
 
 BUNDLE_DIR = PROJECT_ROOT / "bundles"
 JOB_KEY = "sensor_cep_pipeline"
@@ -218,7 +218,7 @@ def run_always_on(
     """
 
     spark = spark or get_spark()
-    queries, triggers = [], {}
+    queries, triggers, settings_of = [], {}, {}
     try:
         for task in tasks(job_key, params=params):
             if task.entry_point is None or entry_point_function(task.entry_point) is not always_on.main:
@@ -228,9 +228,11 @@ def run_always_on(
             started = always_on.start_task(spark, task_name, settings)
             for query, declared in zip(started, queries.tasks()[task_name], strict=True):
                 triggers[query.name] = declared.trigger(settings)
+                settings_of[query.name] = settings
             queries += started
             out(f"▶ {task.key}: {', '.join(q.name for q in started)}")
         deadline = time.monotonic() + minutes * 60 if minutes else None
+        realtime_lines: dict[str, RealtimeAlertsLine] = {}
         next_line = time.monotonic()
         while True:
             failed = [q for q in queries if not q.isActive and q.exception() is not None]
@@ -246,10 +248,9 @@ def run_always_on(
                 for query in queries:
                     trigger = triggers[query.name]
                     line = progress_line(query)
-                    if query.isActive and query.lastProgress is None and is_realtime(trigger):
-                        line = (
-                            f"{query.name:<16} real-time: records processed as they arrive; progress is "
-                            f"reported at each checkpoint ({parse_trigger(trigger)['realTime']})"
+                    if query.isActive and is_realtime(trigger):  # progress only at checkpoints: ask the topic
+                        line = realtime_lines.setdefault(query.name, RealtimeAlertsLine(settings_of[query.name]))(
+                            query.name
                         )
                     out(f"{stamp} {trigger:<20} {line}")
                 next_line = time.monotonic() + every_s

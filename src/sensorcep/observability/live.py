@@ -6,10 +6,13 @@ import json
 import logging
 import threading
 import time
+from datetime import datetime
 
 import pandas as pd
 
+from sensorcep.io.kafka import last_records
 from sensorcep.observability.progress import offsets_behind, progress_row
+from sensorcep.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -119,3 +122,36 @@ class LiveView:
         self._stop.set()
         self._thread.join()
         self.render()  # the final state
+
+
+class RealtimeAlertsLine:
+    """What a real-time-mode alert query is doing between its checkpoints (it reports progress only there), read
+    from the alerts topic: the alerts written since the last line, and how long after its event reached Kafka the
+    newest alert was written (Kafka timestamps, the broker's clock on both)."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.seen: int | None = None
+
+    def __call__(self, name: str) -> str:
+        total, last = last_records(self.settings, self.settings.alerts_topic)
+        written = None if self.seen is None else total - self.seen
+        self.seen = total
+        newest = max(last, key=lambda m: m.timestamp()[1], default=None)
+        lag = None
+        if newest is not None:
+            event_ms = _event_kafka_ms(newest.value())
+            lag = None if event_ms is None else newest.timestamp()[1] - event_ms
+        return (
+            f"{name:<16} real-time: {'-' if written is None else f'{written:,}'} alerts since the last line "
+            f"({total:,} in all); newest alert {'-' if lag is None else f'{lag:,} ms'} after its event"
+        )
+
+
+def _event_kafka_ms(value: bytes | None) -> int | None:
+    """An alert's ``kafka_timestamp`` (its event's Kafka time) in epoch milliseconds."""
+    try:
+        stamp = json.loads(value or b"{}").get("kafka_timestamp")
+        return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000) if stamp else None
+    except (ValueError, AttributeError):
+        return None
