@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from pyspark.sql import DataFrame, SparkSession
 
 from sensorcep.runtime import get_dbutils, jaas_login_module
@@ -32,9 +34,15 @@ def jaas_quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def client_config(settings: Settings) -> dict[str, str]:
+#: librdkafka's own log, through Python logging: its retry notices (such as "Coordinator load in progress: retrying"
+#: while a fresh broker loads its coordinator) stay quiet, its errors show; a failed call reaches its caller anyway
+LIBRDKAFKA_LOG = logging.getLogger("sensorcep.librdkafka")
+LIBRDKAFKA_LOG.setLevel(logging.ERROR)
+
+
+def client_config(settings: Settings) -> dict:
     """The same connection as a confluent-kafka client config (simulator, benchmarks, consumers)."""
-    conf = {"bootstrap.servers": settings.kafka_bootstrap_servers}
+    conf = {"bootstrap.servers": settings.kafka_bootstrap_servers, "logger": LIBRDKAFKA_LOG}
     if settings.kafka_secret_scope:
         secrets = get_dbutils().secrets
         conf.update(

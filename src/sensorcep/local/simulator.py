@@ -18,6 +18,7 @@ import pandas as pd
 from confluent_kafka import Producer
 from tqdm.auto import tqdm
 
+from sensorcep.io.kafka import LIBRDKAFKA_LOG
 from sensorcep.io.lake import Tables
 from sensorcep.pipeline.alerts import alert_id, rule_text
 from sensorcep.runtime import get_spark
@@ -176,6 +177,7 @@ def produce_records(
             "linger.ms": 20,
             "enable.idempotence": True,
             "queue.buffering.max.messages": 1_000_000,
+            "logger": LIBRDKAFKA_LOG,  # retry notices quiet, errors shown
             **(extra_config or {}),
         }
     )
