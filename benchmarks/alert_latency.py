@@ -153,7 +153,7 @@ def measure_on(spark, settings: Settings, rate: int, trigger: str, seconds: floa
     consumer.join()
     batches = [p for p in query.recentProgress if p.numInputRows]
     failed = query.exception()
-    stop_queries([q for q in (query, beside) if q is not None])  # quietly: a clean stop is not an error
+    stop_queries(spark, [q for q in (query, beside) if q is not None])  # quietly: a clean stop is not an error
     if failed is not None:
         raise failed
     got = [k for k in sent if k in received]

@@ -33,6 +33,7 @@ from sensorcep.errors import SensorCepError
 from sensorcep.local.session import PARAMS_ENV
 from sensorcep.observability.live import RealtimeAlertsLine, progress_line
 from sensorcep.pipeline import always_on
+from sensorcep.pipeline import queries as registry
 from sensorcep.pipeline.streaming import explain_failure, stop_queries
 from sensorcep.runtime import get_spark
 from sensorcep.settings import PROJECT_ROOT, Settings, defaults, is_realtime
@@ -226,7 +227,7 @@ def run_always_on(
             task_name, values = always_on.parse_arguments([f"--{k}={v}" for k, v in task.parameters.items()])
             settings = Settings.from_mapping(values)
             started = always_on.start_task(spark, task_name, settings)
-            for query, declared in zip(started, queries.tasks()[task_name], strict=True):
+            for query, declared in zip(started, registry.tasks()[task_name], strict=True):
                 triggers[query.name] = declared.trigger(settings)
                 settings_of[query.name] = settings
             queries += started
@@ -258,6 +259,6 @@ def run_always_on(
     except KeyboardInterrupt:
         out("Ctrl-C: stopping the queries (they resume from their checkpoints)")
     finally:
-        stop_queries(queries)  # quietly: an interrupted task of a clean stop is not an error
+        stop_queries(spark, queries)  # quietly: an interrupted task of a clean stop is not an error
     out(f"✔ stopped {len(queries)} queries: {', '.join(q.name for q in queries)}")
     return queries

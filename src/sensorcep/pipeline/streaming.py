@@ -355,14 +355,14 @@ STOP_NOISE_LOGGERS = (
 )
 
 
-def stop_queries(queries: list[StreamingQuery], settle_s: float = 10.0) -> None:
+def stop_queries(spark: SparkSession, queries: list[StreamingQuery], settle_s: float = 10.0) -> None:
     """Stop the queries that still run, quietly: while they stop (and their killed tasks wind down, at most
     ``settle_s``), the loggers of :data:`STOP_NOISE_LOGGERS` are silenced, then restored. A query that fails is not
     stopped here, so its error is still reported. Under Spark Connect (no JVM at hand) the stop is plain."""
     running = [q for q in queries if q.isActive]
     if not running:
         return
-    context = classic_context(running[0].sparkSession)
+    context = classic_context(spark)
     if context is None:
         for query in running:
             query.stop()
