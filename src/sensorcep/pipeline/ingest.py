@@ -131,10 +131,10 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
             )
             lake.merge_new_rows(bad, "quarantine_events", COORDINATES, ["part_date"], target_filter=_dates_of(bad))
             good = batch.where(F.col("reason").isNull()).withColumn("part_date", F.to_date("event_time"))
-            if not lake.exists("bronze_events"):  # the first batch creates bronze, events or not: 02 reads it
-                lake.write(good.select(*columns).limit(0), "bronze_events", "append", ["part_date"])
             span = good.agg(F.min("event_time").alias("lo"), F.max("event_time").alias("hi")).first()
-            if span["lo"] is None:
+            if span["lo"] is None:  # no valid event; the first batch still creates bronze (empty): 02 reads it
+                if not lake.exists("bronze_events"):
+                    lake.write(good.select(*columns).limit(0), "bronze_events", "append", ["part_date"])
                 return
             judged = _judge(good, lake, span["lo"], span["hi"]).persist()
             try:
