@@ -9,7 +9,7 @@ recognised by Delta and skipped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
@@ -50,17 +50,6 @@ def write_batch(
     finally:
         if cache:
             cached.unpersist()
-
-
-def batch_writer(table: Table | str, app_id: Callable[[], str], partition_by: Iterable[str] = ()):
-    """A ``foreachBatch`` function appending each micro-batch to ``table`` exactly once (``app_id()``: the writer's
-    ``txnAppId``, asked at every batch, see ``streaming.writer_id``)."""
-    partition_by = list(partition_by)
-
-    def write(batch: DataFrame, batch_id: int) -> None:
-        write_batch(batch, table, app_id(), batch_id, partition_by)
-
-    return write
 
 
 def write_table(df: DataFrame, table: Table | str, mode: str = "append", partition_by: Iterable[str] = ()) -> None:
