@@ -13,7 +13,7 @@ from sensorcep.errors import SensorCepError
 from sensorcep.io.kafka import read_kafka, topic_partitions
 from sensorcep.io.lake import Tables
 from sensorcep.pipeline import queries
-from sensorcep.pipeline.parsing import parse_events, quarantine_rows
+from sensorcep.pipeline.parsing import RECORD_KEY, parse_events, quarantine_rows
 from sensorcep.pipeline.streaming import checkpoint_exists, launch
 from sensorcep.settings import Settings
 
@@ -87,7 +87,6 @@ def bronze_event_stream(spark: SparkSession, settings: Settings) -> DataFrame:
 
 #: an event's identity: a second record with the same key is a duplicate of the first
 EVENT_KEY = ["device_id", "event_time"]
-COORDINATES = ["topic", "partition", "offset"]
 #: the columns of ``duplicate_events``: the record, and the bronze event it repeats
 DUPLICATE_COLUMNS = [
     "device_id",
@@ -129,7 +128,7 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
                 .withColumnRenamed("raw_value", "value")
                 .withColumn("key", F.lit(None).cast("binary"))
             )
-            lake.merge_new_rows(bad, "quarantine_events", COORDINATES, ["part_date"], target_filter=_dates_of(bad))
+            lake.merge_new_rows(bad, "quarantine_events", RECORD_KEY, ["part_date"], target_filter=_dates_of(bad))
             good = batch.where(F.col("reason").isNull()).withColumn("part_date", F.to_date("event_time"))
             span = good.agg(F.min("event_time").alias("lo"), F.max("event_time").alias("hi")).first()
             if span["lo"] is None:  # no valid event; the first batch still creates bronze (empty): 02 reads it
@@ -139,7 +138,7 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
             judged = _judge(good, lake, span["lo"], span["hi"]).persist()
             try:
                 dups = judged.where("_duplicate").select(*DUPLICATE_COLUMNS)
-                lake.merge_new_rows(dups, "duplicate_events", COORDINATES, ["part_date"], target_filter=_dates_of(dups))
+                lake.merge_new_rows(dups, "duplicate_events", RECORD_KEY, ["part_date"], target_filter=_dates_of(dups))
                 new = judged.where("_new").select(*columns)
                 if not new.isEmpty():
                     lake.write(new, "bronze_events", "append", ["part_date"])
@@ -153,7 +152,7 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
 
 def _judge(good: DataFrame, lake: Tables, lo, hi) -> DataFrame:
     """The batch's valid records with ``_new`` (to append to bronze) and ``_duplicate`` (+ whose duplicate)."""
-    first = Window.partitionBy(*EVENT_KEY).orderBy(*COORDINATES)
+    first = Window.partitionBy(*EVENT_KEY).orderBy(*RECORD_KEY)
     ranked = good.select(
         "*",
         F.row_number().over(first).alias("_copy"),

@@ -92,7 +92,7 @@ def late_event_writer(settings: Settings, query: str, write_output: Callable[[Da
             lake.append_batch(late, "late_events", writer_id(settings, query, "late"), batch_id, ["part_date"])
             if "_bad" in kept.columns:
                 bad = parsing.quarantine_rows(kept.where(F.col("_bad").isNotNull()).select("_bad.*"))
-                lake.merge_new_rows(bad, "quarantine_events", ["topic", "partition", "offset"], ["part_date"])
+                lake.merge_new_rows(bad, "quarantine_events", parsing.RECORD_KEY, ["part_date"])
         finally:
             kept.unpersist()
 

@@ -13,6 +13,8 @@ from sensorcep.settings import Settings
 
 EVENT_COLUMNS = ["device_id", "sensor_freq", "event_time"]
 KAFKA_COORDINATES = ["topic", "partition", "offset", "kafka_timestamp"]
+#: a Kafka record's identity: quarantine and duplicate rows are merged on it
+RECORD_KEY = ["topic", "partition", "offset"]
 INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 NUMBER_PREFIXES = ("TINYINT", "SMALLINT", "INT", "BIGINT", "DECIMAL", "DOUBLE", "FLOAT")
 
