@@ -2,14 +2,15 @@
 #   make demo   venv + JVM jars + local Kafka broker + simulated events + the pipeline job, then a summary
 #   make test   venv + JVM jars + ruff (lint, format) + the whole test suite (unit, integration with the real broker,
 #               Spark Connect, notebooks); make unit: only the tests that need no JVM or broker
-# Prerequisites: Python 3.10+, Java 17, Maven 3.8+ (fetches the jars pinned in jvm/pom.xml once, into .jars/)
+# Prerequisites: Python 3.10+, Java 17, Maven 3.8+ (fetches the jars pinned in jvm/pom.xml once, into .jars/); for the
+# tests also Chromium (they open the run's HTML report in it, headless)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EVENTS ?= 200000
 
-.PHONY: venv jars demo test unit lint lab up broker-up broker-down bench clean check-java
+.PHONY: venv jars demo test unit lint lab up broker-up broker-down bench clean check-java check-chromium
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ is required")'
@@ -28,6 +29,11 @@ check-java: venv
 	@$(PY) -c 'from sensorcep.local.session import check_java, JavaMissingError as E; import sys;\
 	exec("try: check_java()\nexcept E as e: sys.exit(str(e))")'
 
+check-chromium:  # the tests render the run's HTML report in a real browser, headless
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { echo "Chromium is not installed:\
+	 the tests open the run's HTML report in it, headless; install it (Debian/Ubuntu: sudo apt-get install chromium)"\
+	 >&2; exit 1; }
+
 broker-up: venv
 	$(PY) -m sensorcep broker up
 
@@ -39,10 +45,10 @@ demo: jars broker-up
 	$(PY) -m sensorcep run
 	$(PY) -m sensorcep summary
 
-test: jars lint
+test: check-chromium jars lint
 	$(PY) -m pytest
 
-unit: venv  # the inner loop: tests that need no JVM and no broker, in seconds
+unit: check-chromium venv  # the inner loop: tests that need no JVM and no broker, in seconds
 	$(PY) -m pytest -m "not integration" tests
 
 lint: venv  # ruff: lint and format, as configured in pyproject.toml

@@ -179,3 +179,37 @@ def topic_records(bootstrap: str, topic: str) -> list[tuple[int, int, bytes, byt
         return [records[k] for k in sorted(records)]
     finally:
         consumer.close()
+
+
+def drained(settings):
+    """Stop condition: every query has read its source to the end (the alert readers: once the alerts are out; the
+    bronze readers: once ingest has committed everything), and every micro-batch query has run a batch without new
+    rows after that (the one that applies the new watermark)."""
+    from sensorcep.pipeline.streaming import caught_up
+
+    events_end = {settings.events_topic: topic_end_offsets(settings.kafka_bootstrap_servers, settings.events_topic)}
+
+    def idle(query) -> bool:
+        return query.lastProgress is not None and query.lastProgress.numInputRows == 0
+
+    def after_ingest(query, ingest) -> bool:
+        """An idle report from a batch that started after ingest's last data batch had committed to bronze."""
+        data = [p for p in ingest.recentProgress if p.numInputRows]
+        done_at = max(pd.Timestamp(p.timestamp) + pd.Timedelta(milliseconds=p.batchDuration) for p in data)
+        return idle(query) and pd.Timestamp(query.lastProgress.timestamp) > done_at
+
+    def done(queries) -> bool:
+        by_name = {q.name: q for q in queries}
+        if not caught_up(by_name["alerts"], events_end):
+            return False
+        ingest = by_name["ingest"]
+        if not (caught_up(ingest, events_end) and idle(ingest)):
+            return False
+        if not all(after_ingest(by_name[name], ingest) for name in ("sampling", "device_activity")):
+            return False
+        alerts_end = {settings.alerts_topic: topic_end_offsets(settings.kafka_bootstrap_servers, settings.alerts_topic)}
+        return all(
+            caught_up(by_name[name], alerts_end) and idle(by_name[name]) for name in ("anomalies", "escalations")
+        )
+
+    return done

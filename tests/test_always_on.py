@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from streams import T0, delta_frame, topic_end_offsets
+from streams import T0, delta_frame, drained
 
 from sensorcep.local import jobs, simulator
 from sensorcep.local.broker import create_topics
 from sensorcep.pipeline import alerts, always_on
-from sensorcep.pipeline.streaming import caught_up
 from sensorcep.settings import SettingsError
 
 pytestmark = pytest.mark.integration
@@ -29,38 +28,6 @@ def _params(settings) -> dict[str, str]:
     }
 
 
-def _drained(settings):
-    """Stop condition: every query has read its source to the end (the alert readers: once the alerts are out; the
-    bronze readers: once ingest has committed everything), and every micro-batch query has run a batch without new
-    rows after that (the one that applies the new watermark)."""
-    events_end = {settings.events_topic: topic_end_offsets(settings.kafka_bootstrap_servers, settings.events_topic)}
-
-    def idle(query) -> bool:
-        return query.lastProgress is not None and query.lastProgress.numInputRows == 0
-
-    def after_ingest(query, ingest) -> bool:
-        """An idle report from a batch that started after ingest's last data batch had committed to bronze."""
-        data = [p for p in ingest.recentProgress if p.numInputRows]
-        done_at = max(pd.Timestamp(p.timestamp) + pd.Timedelta(milliseconds=p.batchDuration) for p in data)
-        return idle(query) and pd.Timestamp(query.lastProgress.timestamp) > done_at
-
-    def done(queries) -> bool:
-        by_name = {q.name: q for q in queries}
-        if not caught_up(by_name["alerts"], events_end):
-            return False
-        ingest = by_name["ingest"]
-        if not (caught_up(ingest, events_end) and idle(ingest)):
-            return False
-        if not all(after_ingest(by_name[name], ingest) for name in ("sampling", "device_activity")):
-            return False
-        alerts_end = {settings.alerts_topic: topic_end_offsets(settings.kafka_bootstrap_servers, settings.alerts_topic)}
-        return all(
-            caught_up(by_name[name], alerts_end) and idle(by_name[name]) for name in ("anomalies", "escalations")
-        )
-
-    return done
-
-
 def _expected_alert_ids(sim) -> set[str]:
     anomalous = sim.valid[sim.valid.sensor_freq < 0]
     return {
@@ -77,7 +44,7 @@ def test_always_on_job_runs_stops_and_resumes_without_loss_or_doubles(spark, set
     simulator.produce(first, settings.kafka_bootstrap_servers, settings.events_topic)
     lines: list[str] = []
     queries = jobs.run_always_on(
-        params=_params(settings), until=_drained(settings), minutes=5, every_s=5, out=lines.append, spark=spark
+        params=_params(settings), until=drained(settings), minutes=5, every_s=5, out=lines.append, spark=spark
     )
     assert sorted(q.name for q in queries) == sorted(
         ["ingest", "sampling", "device_activity", "alerts", "anomalies", "escalations"]
@@ -97,7 +64,7 @@ def test_always_on_job_runs_stops_and_resumes_without_loss_or_doubles(spark, set
         )
     )
     simulator.produce(second, settings.kafka_bootstrap_servers, settings.events_topic)
-    jobs.run_always_on(params=_params(settings), until=_drained(settings), minutes=5, out=lines.append, spark=spark)
+    jobs.run_always_on(params=_params(settings), until=drained(settings), minutes=5, out=lines.append, spark=spark)
 
     bronze = delta_frame(settings.table_path("bronze_events"))
     both = pd.concat([first.valid, second.valid])

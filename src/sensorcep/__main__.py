@@ -95,8 +95,7 @@ def cmd_run(args) -> None:
         run_always_on(job, _params(args.param), minutes=args.minutes, every_s=args.every)
         stop_session(get_spark())  # before the interpreter exits: the progress listener must not outlive Python
         return
-    out = run(args.task, _params(args.param), job_key=job)
-    print(f"executed notebooks saved in {out}")
+    run(args.task, _params(args.param), job_key=job)  # its last line names the run's HTML report
 
 
 def cmd_summary(args) -> None:

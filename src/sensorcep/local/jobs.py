@@ -10,6 +10,8 @@ dynamic values are empty; ``--param x=value`` overrides any of them.
 * the pipeline and tuning jobs (notebook tasks): tasks run in ``depends_on`` order with their job's
   parameters; each executed notebook is saved with its outputs under ``runs/<stamp>/``, beside ``<task>.log``
   with its kernel's console output (Spark's and its Python workers' lines, as a Databricks driver log has them);
+  then the run is rendered as HTML there (:mod:`sensorcep.local.run_report`: a page per notebook, ``index.html``
+  with the tasks and the health verdicts), also when a task fails, and the last line names ``index.html``;
 * the always-on job (python_wheel_task tasks calling the ``sensorcep-stream`` entry point): every task's
   queries start in this one Spark application and run until Ctrl-C, ``minutes`` or a stop condition, with a
   live line per query; then they are stopped cleanly and resume from their checkpoints next time.
@@ -22,7 +24,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from graphlib import TopologicalSorter
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -30,13 +32,14 @@ from pathlib import Path
 import yaml
 
 from sensorcep.errors import SensorCepError
+from sensorcep.local import run_report
 from sensorcep.local.session import PARAMS_ENV
 from sensorcep.observability.live import RealtimeAlertsLine, progress_line
 from sensorcep.pipeline import always_on
 from sensorcep.pipeline import queries as registry
 from sensorcep.pipeline.streaming import explain_failure, stop_queries
 from sensorcep.runtime import get_spark
-from sensorcep.settings import PROJECT_ROOT, Settings, defaults, is_realtime
+from sensorcep.settings import PROJECT_ROOT, Settings, defaults, is_realtime, parameter_names
 
 BUNDLE_DIR = PROJECT_ROOT / "bundles"
 JOB_KEY = "sensor_cep_pipeline"
@@ -140,8 +143,10 @@ def run(
     timeout: int = 1800,
     job_key: str = JOB_KEY,
     bundle_dir: Path = BUNDLE_DIR,
+    read_health: run_report.HealthReader = run_report.read_health,
 ) -> Path:
-    """Execute the (selected) tasks in order; returns the folder holding the executed notebooks."""
+    """Execute the (selected) tasks in order, then write the run's HTML report (``read_health`` gives its verdicts);
+    returns the folder holding the executed notebooks and the report."""
     import nbformat  # noqa: PLC0415 - the notebook runner only
     from nbclient import NotebookClient  # noqa: PLC0415 - the notebook runner only
     from nbclient.exceptions import CellExecutionError  # noqa: PLC0415 - the notebook runner only
@@ -154,11 +159,21 @@ def run(
         if unknown:
             raise JobError(f"unknown task(s) {sorted(unknown)}; the job has {[t.key for t in all_tasks]}")
         all_tasks = [t for t in all_tasks if t.key in selected]
+    if not all_tasks:
+        raise JobError(f"job {job_key!r} has no tasks")
     out_dir = runs_dir or PROJECT_ROOT / "runs" / datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     for task in all_tasks:
         if not task.notebook.exists():
             raise JobError(f"task {task.key}: notebook {task.notebook} does not exist")
+    since = datetime.now(timezone.utc)
+    ran = {t.key: run_report.TaskRun(t.key, out_dir / t.notebook.name, "not run") for t in all_tasks}
+
+    def report(last: Task) -> Path:
+        health = run_report.run_health(lambda: read_health(task_settings(last), since))
+        return run_report.write_report(out_dir, list(ran.values()), health, title=f"{job_key} · run {out_dir.name}")
+
+    for task in all_tasks:
         print(task_line(task), flush=True)
         nb = nbformat.read(task.notebook, as_version=4)
         os.environ[PARAMS_ENV] = json.dumps(task.parameters)
@@ -173,12 +188,27 @@ def run(
                 client.execute(stdout=kernel_output, stderr=kernel_output)
         except CellExecutionError as exc:
             nbformat.write(nb, saved)
-            raise JobError(f"task {task.key} failed (notebook with outputs: {saved}; console: {log}):\n{exc}") from None
+            ran[task.key] = run_report.TaskRun(task.key, saved, "failed", time.monotonic() - started)
+            index = report(task)
+            raise JobError(
+                f"task {task.key} failed (notebook with outputs: {saved}; console: {log}); the run as HTML: {index}"
+                f":\n{exc}"
+            ) from None
         finally:
             os.environ.pop(PARAMS_ENV, None)
         nbformat.write(nb, saved)
-        print(f"✔ {task.key} in {time.monotonic() - started:.1f} s -> {saved} (console: {log.name})", flush=True)
+        seconds = time.monotonic() - started
+        ran[task.key] = run_report.TaskRun(task.key, saved, "succeeded", seconds)
+        print(f"✔ {task.key} in {seconds:.1f} s -> {saved} (console: {log.name})", flush=True)
+    index = report(all_tasks[-1])
+    print(f"the run as HTML (each notebook with its outputs, the health verdicts): {index}", flush=True)
     return out_dir
+
+
+def task_settings(task: Task) -> Settings:
+    """The settings a task's notebook reads: its parameters over the widget defaults."""
+    names = set(parameter_names())
+    return Settings.from_mapping({**defaults(), **{k: v for k, v in task.parameters.items() if k in names}})
 
 
 def task_line(task: Task) -> str:

@@ -9,6 +9,7 @@ local runner's job parameters and secrets from environment variables. Cluster co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 from importlib.metadata import version
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -192,3 +194,19 @@ def start(app_name: str = "sensor-cep", extra_conf: tuple = ()) -> SparkSession:
     for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+@contextlib.contextmanager
+def jvm_console_to(path: Path):
+    """Point this process's stderr (file descriptor 2) at ``path`` while a JVM starts: the JVM inherits it and keeps
+    writing its console there (incubator modules, log4j, hostname and native-library warnings); Python's own stderr
+    is restored when the block ends."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    saved = os.dup(2)
+    try:
+        with path.open("ab") as log:
+            os.dup2(log.fileno(), 2)
+            yield path
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

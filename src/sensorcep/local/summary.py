@@ -1,13 +1,13 @@
-"""The end-of-demo summary: rows per table, quarantine reasons, where the notebooks are."""
+"""The end-of-demo summary: rows per table, quarantine reasons, where the run's report and notebooks are."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 
 from sensorcep.io.lake import Tables
 from sensorcep.io.tables import table
+from sensorcep.local.run_report import INDEX
+from sensorcep.local.session import jvm_console_to
 from sensorcep.pipeline.ingest import quarantine_reasons
 from sensorcep.runtime import get_spark
 from sensorcep.settings import PROJECT_ROOT, TABLES, Settings
@@ -36,20 +36,5 @@ def print_summary(settings: Settings, runs_dir: Path | None = None) -> None:
             print(f"  {count:>8,}  {reason}")
     runs = runs_dir or max((PROJECT_ROOT / "runs").glob("*"), default=None)
     if runs:
-        print(f"executed notebooks: {runs}")
-
-
-@contextlib.contextmanager
-def jvm_console_to(path: Path):
-    """Point this process's stderr (file descriptor 2) at ``path`` while a JVM starts: the JVM inherits it and keeps
-    writing its console there (incubator modules, log4j, hostname and native-library warnings); Python's own stderr
-    is restored when the block ends."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    saved = os.dup(2)
-    try:
-        with path.open("ab") as log:
-            os.dup2(log.fileno(), 2)
-            yield path
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        report = runs / INDEX
+        print(f"the run as HTML: {report}" if report.exists() else f"executed notebooks: {runs}")

@@ -8,6 +8,7 @@ import os
 
 import pandas as pd
 
+from sensorcep import runtime
 from sensorcep.io.lake import Tables
 from sensorcep.observability.plots import plot_query_progress
 from sensorcep.observability.progress import PROGRESS_SCHEMA, progress_row
@@ -75,11 +76,13 @@ def save_figure(fig, name: str, settings: Settings) -> str:
 # ------------------------------------------------------------------------------ operator state (data sources)
 def state_metadata(spark, settings: Settings, query: str):
     """The stateful operators of a query's checkpoint (Spark's ``state-metadata`` source)."""
+    runtime.require(runtime.STATE_READER, spark)
     return spark.read.format("state-metadata").load(settings.checkpoint_path(query))
 
 
 def state_variable(spark, settings: Settings, query: str, state_var: str, operator_id: int = 0):
     """The rows of one transformWithState state variable (``statestore`` source; list elements one per row)."""
+    runtime.require(runtime.STATE_READER, spark)
     return (
         spark.read.format("statestore")
         .option("operatorId", operator_id)

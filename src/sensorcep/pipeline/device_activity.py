@@ -28,6 +28,7 @@ from sensorcep.io.lake import batch_writer
 from sensorcep.pipeline import lateness, queries
 from sensorcep.pipeline.ingest import bronze_event_stream
 from sensorcep.pipeline.streaming import launch, writer_id
+from sensorcep.runtime import TRANSFORM_WITH_STATE, require
 from sensorcep.settings import Settings, parse_duration
 
 STATE_SCHEMA = "first_seen_ms long, last_seen_ms long, event_count long, online boolean"
@@ -107,6 +108,7 @@ def status_stream(events: DataFrame, settings: Settings, *, keep_late: bool = Fa
 
     ``keep_late``: the stream also carries the input rows, for :func:`lateness.late_event_writer`.
     """
+    require(TRANSFORM_WITH_STATE, events.sparkSession)  # one sentence where the runtime lacks it
     timeout_ms = int(parse_duration(settings.device_timeout) * 1000)
     timed = events.withWatermark("event_time", settings.interval("watermark_delay"))
     changes = (

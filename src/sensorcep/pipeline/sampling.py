@@ -34,6 +34,7 @@ from sensorcep.observability.reports import state_variable
 from sensorcep.pipeline import lateness, queries
 from sensorcep.pipeline.ingest import bronze_event_stream
 from sensorcep.pipeline.streaming import launch, query_conf, writer_id
+from sensorcep.runtime import TRANSFORM_WITH_STATE, require
 from sensorcep.settings import Settings
 
 ORDER = ["event_time_us", "device_id", "sensor_freq"]
@@ -234,6 +235,7 @@ def sample_stream(events: DataFrame, settings: Settings, *, keep_late: bool = Fa
     ``keep_late``: the stream also carries the input rows, for :func:`lateness.late_event_writer` to keep the ones
     too late for the windows (see :mod:`sensorcep.pipeline.lateness`).
     """
+    require(TRANSFORM_WITH_STATE, events.sparkSession)  # one sentence where the runtime lacks it
     sampler = WindowSampler(settings.window_seconds * 1000, settings.slide_seconds * 1000, settings.anomaly_threshold)
     timed = events.withWatermark("event_time", settings.interval("watermark_delay"))
     sampled = (
