@@ -10,7 +10,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EVENTS ?= 200000
 
-.PHONY: venv jars demo test unit lint lab up broker-up broker-down bench clean check-java check-chromium
+.PHONY: venv jars demo test unit lint lab up broker-up broker-down bench nemesis clean check-java check-chromium
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ is required")'
@@ -68,6 +68,9 @@ bench: jars broker-up
 	$(PY) benchmarks/alert_latency.py
 	$(PY) benchmarks/state_tuning.py
 	$(PY) benchmarks/soak.py
+
+nemesis: jars  # the seeded fault test, longer than the suite's: make nemesis SEED=7 KILLS=60
+	$(PY) tests/nemesis.py --seed $(or $(SEED),7) --kills $(or $(KILLS),60)
 
 clean: broker-down
 	rm -rf .data runs .broker

@@ -106,39 +106,6 @@ def oracle_rows(frame: pd.DataFrame) -> list[tuple]:
     )
 
 
-def produce_acknowledged(records: pd.DataFrame, bootstrap: str, topic: str, acknowledged: set, rate: float) -> None:
-    """Produce ``records`` (key, value, timestamp_ms) at about ``rate`` records/s with an idempotent producer that
-    retries for up to 3 minutes; add the index of every record Kafka acknowledged to ``acknowledged``."""
-    import time
-
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            "delivery.timeout.ms": 180_000,
-            "log_level": 0,
-        }
-    )
-    started = time.monotonic()
-    for i, (index, key, value, ts) in enumerate(
-        zip(records.index, records.key, records.value, records.timestamp_ms, strict=False)
-    ):
-
-        def on_delivery(err, _msg, index=index):
-            if err is None:
-                acknowledged.add(index)
-
-        producer.produce(topic, value=value, key=key, timestamp=int(ts), on_delivery=on_delivery)
-        producer.poll(0)
-        ahead = i / rate - (time.monotonic() - started)
-        if ahead > 0:
-            time.sleep(ahead)  # pacing the producer, not synchronising the test
-    producer.flush(200)
-
-
 def topic_end_offsets(bootstrap: str, topic: str) -> dict[str, int]:
     """{partition: end offset} of a topic now (what a query must have read to have read everything)."""
     from confluent_kafka import Consumer, TopicPartition

@@ -288,7 +288,10 @@ def start_escalations(spark: SparkSession, settings: Settings, *, wait: bool = T
     alerts = read_alerts(spark, settings)
     acks = read_acks(spark, settings)
     # read when the query starts, then kept in its checkpoint
-    writer = lateness.late_event_writer(settings, ESCALATION_QUERY, write_escalations_batch(settings))
+    # the alerts topic is written at least once: a late alert can arrive twice, and is kept once
+    writer = lateness.late_event_writer(
+        settings, ESCALATION_QUERY, write_escalations_batch(settings), input_repeats=True
+    )
     with query_conf(spark, {"spark.sql.streaming.multipleWatermarkPolicy": "max"}):
         return launch(
             escalation_stream(alerts, acks, settings, keep_late=True),

@@ -27,6 +27,8 @@ from sensorcep.settings import Settings
 EVENT_FIELDS = ["device_id", "sensor_freq", "event_time"]
 #: what a rejected input record carries to ``quarantine_events``
 QUARANTINE_INPUT = ["key", "value", *parsing.KAFKA_COORDINATES, "reason"]
+#: a late event's identity in ``late_events``: recorded once per query
+LATE_KEY = ["query", "device_id", "event_time"]
 #: the columns of ``late_events``
 LATE_COLUMNS = [
     "query",
@@ -65,10 +67,15 @@ def with_input(
     return union
 
 
-def late_event_writer(settings: Settings, query: str, write_output: Callable[[DataFrame, int], None]):
+def late_event_writer(
+    settings: Settings, query: str, write_output: Callable[[DataFrame, int], None], *, input_repeats: bool = False
+):
     """``foreachBatch`` over :func:`with_input`'s stream: output rows to ``write_output``, late input rows (event time
     at or before the watermark Spark's late-row filter used in this batch) to ``late_events``, exactly once; rejected
-    records, if the stream has them, to ``quarantine_events`` (merged on their Kafka coordinates)."""
+    records, if the stream has them, to ``quarantine_events`` (merged on their Kafka coordinates).
+
+    ``input_repeats``: the query's input is read at least once (the alerts topic behind escalations), so the same late
+    event can arrive twice: it is kept once (:func:`not_held`). Bronze, the others' input, holds each event once."""
 
     def write(batch: DataFrame, batch_id: int) -> None:
         lake = Tables(batch.sparkSession, settings)
@@ -89,7 +96,13 @@ def late_event_writer(settings: Settings, query: str, write_output: Callable[[Da
                 F.lit(batch_id).cast("long").alias("batch_id"),
                 F.to_date("_in.event_time").alias("part_date"),
             )
-            lake.append_batch(late, "late_events", writer_id(settings, query, "late"), batch_id, ["part_date"])
+            lake.append_batch(
+                not_held(late, lake, settings.query_name(query)) if input_repeats else late,
+                "late_events",
+                writer_id(settings, query, "late"),
+                batch_id,
+                ["part_date"],
+            )
             if "_bad" in kept.columns:
                 bad = parsing.quarantine_rows(kept.where(F.col("_bad").isNotNull()).select("_bad.*"))
                 lake.merge_new_rows(bad, "quarantine_events", parsing.RECORD_KEY, ["part_date"])
@@ -97,6 +110,17 @@ def late_event_writer(settings: Settings, query: str, write_output: Callable[[Da
             kept.unpersist()
 
     return write
+
+
+def not_held(late: DataFrame, lake: Tables, query_name: str) -> DataFrame:
+    """The late rows ``late_events`` does not hold yet for ``query_name`` (by :data:`LATE_KEY`). Only the query itself
+    writes its rows, so this read and the blind append after it cannot race (a MERGE would conflict with the other
+    queries' appends to the same partitions)."""
+    late = late.dropDuplicates(LATE_KEY)
+    if not lake.exists("late_events"):
+        return late
+    held = lake.read("late_events").where(F.col("query") == query_name).select(*LATE_KEY)
+    return late.join(held, LATE_KEY, "left_anti")
 
 
 def late_watermark_ms(spark: SparkSession, settings: Settings, query: str, batch_id: int) -> int:
