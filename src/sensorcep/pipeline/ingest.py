@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 
 import pandas as pd
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from sensorcep.errors import SensorCepError
@@ -31,7 +32,11 @@ def bronze_stream(raw: DataFrame, settings: Settings, devices: DataFrame | None 
     every record stamped before the fastest clock in the fleet.
     """
     stream = parse_events(raw, settings).select(
-        *BRONZE_COLUMNS, *settings.extra_field_names, "reason", F.col("value").alias("raw_value")
+        *BRONZE_COLUMNS,
+        *settings.extra_field_names,
+        "reason",
+        # only a bad record keeps its raw bytes (for quarantine): a batch is cached, and most of it is valid
+        F.when(F.col("reason").isNotNull(), F.col("value")).alias("raw_value"),
     )
     if devices is not None:
         stream = stream.join(F.broadcast(devices), "device_id", "left")
@@ -110,44 +115,115 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
     * ``bronze_events``: the first record of each event key (device_id, event_time) that bronze does not hold yet;
     * ``duplicate_events``: every other valid record, with the Kafka coordinates of the bronze record it repeats.
 
-    Which records are new is decided by one left join of the batch with bronze's keys and coordinates, restricted to
-    the batch's event-time range (Delta skips the files and ``part_date`` partitions outside it). A record whose own
-    coordinates are in bronze was written by an earlier attempt of this batch (a replay): it goes nowhere again, so
-    the three writes are idempotent without writer ids, also across a checkpoint reset. Quarantine and duplicates are
-    merged on Kafka coordinates first; bronze is appended last, so bronze's highest offset per partition marks
-    completed batches (:func:`resume_offsets`).
+    Which records are new is decided by one pass that ranks the batch's valid records together with bronze's records
+    of the batch's event-time range (Delta skips the files and ``part_date`` partitions outside it). A record whose
+    own coordinates a table already holds was written by an earlier attempt of this batch (a replay): it goes nowhere
+    again, so the three writes are idempotent without writer ids, also across a checkpoint reset. Each write is a
+    blind append (no MERGE: nothing to re-read but the batch's own offset range, which Delta's file statistics find
+    at once), and empty sides are not written. Quarantine and duplicates are written first; bronze is appended last,
+    so bronze's highest offset per partition marks completed batches (:func:`resume_offsets`).
     """
     columns = [*BRONZE_COLUMNS, *settings.extra_field_names, *extra_columns, "ingest_time", "part_date"]
+    existing: set[str] = set()  # tables seen to exist: a running query's tables do not go away
 
     def write(batch: DataFrame, batch_id: int) -> None:
-        lake = Tables(batch.sparkSession, settings)
+        lake = KnownTables(batch.sparkSession, settings, existing)
         batch = batch.withColumn("ingest_time", F.current_timestamp()).persist()
+        judged = None
         try:
-            bad = quarantine_rows(
-                batch.where(F.col("reason").isNotNull())
-                .withColumnRenamed("raw_value", "value")
-                .withColumn("key", F.lit(None).cast("binary"))
-            )
-            lake.merge_new_rows(bad, "quarantine_events", RECORD_KEY, ["part_date"], target_filter=_dates_of(bad))
+            span = _span(batch)  # the one pass that parses (and caches) the batch
+            if span.bad:
+                bad = quarantine_rows(
+                    batch.where(F.col("reason").isNotNull())
+                    .withColumnRenamed("raw_value", "value")
+                    .withColumn("key", F.lit(None).cast("binary"))
+                )
+                _append_unheld(lake, bad, "quarantine_events", span.offsets)
             good = batch.where(F.col("reason").isNull()).withColumn("part_date", F.to_date("event_time"))
-            span = good.agg(F.min("event_time").alias("lo"), F.max("event_time").alias("hi")).first()
-            if span["lo"] is None:  # no valid event; the first batch still creates bronze (empty): 02 reads it
-                if not lake.exists("bronze_events"):
-                    lake.write(good.select(*columns).limit(0), "bronze_events", "append", ["part_date"])
-                return
-            judged = _judge(good, lake, span["lo"], span["hi"]).persist()
-            try:
-                dups = judged.where("_duplicate").select(*DUPLICATE_COLUMNS)
-                lake.merge_new_rows(dups, "duplicate_events", RECORD_KEY, ["part_date"], target_filter=_dates_of(dups))
-                new = judged.where("_new").select(*columns)
-                if not new.isEmpty():
-                    lake.write(new, "bronze_events", "append", ["part_date"])
-            finally:
-                judged.unpersist()
+            if span.good:
+                judged = _judge(good, lake, span.lo, span.hi).persist()
+                counts = judged.agg(
+                    F.count(F.when(F.col("_new"), 1)).alias("new"),
+                    F.count(F.when(F.col("_duplicate"), 1)).alias("duplicates"),
+                ).first()
+                if counts["duplicates"]:
+                    dups = judged.where("_duplicate").select(*DUPLICATE_COLUMNS)
+                    _append_unheld(lake, dups, "duplicate_events", span.offsets)
+            if judged is not None and counts["new"]:
+                lake.write(judged.where("_new").select(*columns), "bronze_events", "append", ["part_date"])
+            elif not lake.exists("bronze_events"):  # no valid event; the first batch still creates bronze (empty)
+                lake.write(good.select(*columns).limit(0), "bronze_events", "append", ["part_date"])
         finally:
+            if judged is not None:
+                judged.unpersist()
             batch.unpersist()
 
     return write
+
+
+class KnownTables(Tables):
+    """:class:`Tables` that remembers which tables exist (each check is a catalog or log lookup, per batch)."""
+
+    def __init__(self, spark: SparkSession, settings: Settings, existing: set[str]):
+        super().__init__(spark, settings)
+        self.existing = existing
+
+    def exists(self, name: str) -> bool:
+        if name not in self.existing and super().exists(name):
+            self.existing.add(name)
+        return name in self.existing
+
+
+@dataclass(frozen=True)
+class BatchSpan:
+    """What one pass over a batch tells: its valid and bad records, its valid events' time range, and the Kafka
+    offsets it covers (a Column: true for a row of a table whose coordinates fall in them)."""
+
+    good: int
+    bad: int
+    lo: object
+    hi: object
+    offsets: Column
+
+
+def _span(batch: DataFrame) -> BatchSpan:
+    valid = F.col("reason").isNull()
+    rows = (
+        batch.groupBy("topic", "partition")
+        .agg(
+            F.min("offset").alias("first"),
+            F.max("offset").alias("last"),
+            F.count(F.when(valid, 1)).alias("good"),
+            F.count(F.when(~valid, 1)).alias("bad"),
+            F.min(F.when(valid, F.col("event_time"))).alias("lo"),
+            F.max(F.when(valid, F.col("event_time"))).alias("hi"),
+        )
+        .collect()
+    )
+    offsets = F.lit(False)
+    for row in rows:
+        offsets = offsets | (
+            (F.col("topic") == row["topic"])
+            & (F.col("partition") == row["partition"])
+            & F.col("offset").between(row["first"], row["last"])
+        )
+    times = [row["lo"] for row in rows if row["lo"] is not None], [row["hi"] for row in rows if row["hi"] is not None]
+    return BatchSpan(
+        good=sum(row["good"] for row in rows),
+        bad=sum(row["bad"] for row in rows),
+        lo=min(times[0], default=None),
+        hi=max(times[1], default=None),
+        offsets=offsets,
+    )
+
+
+def _append_unheld(lake: Tables, rows: DataFrame, name: str, offsets: Column) -> None:
+    """Append the rows whose Kafka coordinates the table does not hold yet: a replayed batch finds its rows (only the
+    batch's own offset range is read; the table's file statistics on ``offset`` skip the rest)."""
+    if lake.exists(name):
+        held = lake.read(name).where(offsets).select(*RECORD_KEY)
+        rows = rows.join(held, RECORD_KEY, "left_anti")
+    lake.write(rows, name, "append", ["part_date"])
 
 
 def _judge(good: DataFrame, lake: Tables, lo, hi) -> DataFrame:
@@ -188,14 +264,6 @@ def _judge(good: DataFrame, lake: Tables, lo, hi) -> DataFrame:
         F.coalesce("_b_partition", "_first_partition").alias("duplicate_of_partition"),
         F.coalesce("_b_offset", "_first_offset").alias("duplicate_of_offset"),
     )
-
-
-def _dates_of(rows: DataFrame) -> str:
-    """A MERGE condition on the target's ``part_date``: the partitions ``rows`` fall in (so the rest is skipped)."""
-    dates = sorted({r["part_date"] for r in rows.select("part_date").distinct().collect() if r["part_date"]})
-    if not dates:
-        return "t.part_date IS NULL"
-    return "t.part_date IN (" + ", ".join(f"DATE'{d.isoformat()}'" for d in dates) + ")"
 
 
 def resume_offsets(spark: SparkSession, settings: Settings) -> str:
