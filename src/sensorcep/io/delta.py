@@ -110,7 +110,6 @@ def merge_new_rows(
     key: str | Iterable[str],
     partition_by: Iterable[str] = (),
     *,
-    target_filter: str = "",
     cache: bool = True,
 ) -> int | None:
     """Insert the rows whose ``key`` (one column or several) the table does not hold yet (``MERGE ... WHEN NOT
@@ -118,9 +117,7 @@ def merge_new_rows(
 
     Idempotent by itself: a replayed batch finds its rows and adds nothing, whoever writes it (no writer id); a
     key twice in one batch is one row. The first batch of a new table is a plain append (which creates it).
-    ``target_filter``: a SQL condition on the table's columns (alias ``t``) that every matching row satisfies, e.g.
-    the batch's event-time range: Delta then skips the files (and partitions) outside it instead of reading the
-    whole table. Insert-only merges commit new files only, so the table stays a valid streaming source.
+    Insert-only merges commit new files only, so the table stays a valid streaming source.
 
     Returns the number of rows inserted, or None when the batch was empty (no commit). ``cache=False``: ``df`` is a
     projection of a batch the caller has cached already.
@@ -137,8 +134,6 @@ def merge_new_rows(
             write_table(cached, table, "append", partition_by)
             return cached.count()
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-        if target_filter:
-            on = f"({target_filter}) AND {on}"
         metrics = spark.sql(
             f"MERGE WITH SCHEMA EVOLUTION INTO {table.sql_name} AS t USING {{rows}} AS s ON {on} "
             "WHEN NOT MATCHED THEN INSERT *",

@@ -60,11 +60,10 @@ class Tables:
         key: str | Iterable[str],
         partition_by: Iterable[str] = (),
         *,
-        target_filter: str = "",
         cache: bool = True,
     ) -> int | None:
         """Insert the rows whose ``key`` the table does not hold yet (:func:`sensorcep.io.delta.merge_new_rows`)."""
-        return delta.merge_new_rows(df, self[name], key, partition_by, target_filter=target_filter, cache=cache)
+        return delta.merge_new_rows(df, self[name], key, partition_by, cache=cache)
 
 
 def batch_writer(settings: Settings, name: str, writer: Callable[[], str], partition_by: Iterable[str] = ()):
