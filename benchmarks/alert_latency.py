@@ -2,6 +2,12 @@
 
     .venv/bin/python benchmarks/alert_latency.py                      # 1,000 and 10,000 events/s, 3 triggers
     .venv/bin/python benchmarks/alert_latency.py --rates 1000 --seconds 20 --triggers realtime
+    .venv/bin/python benchmarks/alert_latency.py --rates 10000 --triggers realtime --rules 1,100   # rule count
+
+``--rules N[,M]``: the alert query evaluates N threshold rules, the packaged ``negative_frequency`` (which fires for
+the 1% anomalies) plus N-1 that read the same field and never fire (unscoped, device-scoped and site-free mixes of
+every operator), so the alerts expected stay the same and only the rule count changes; the first count is the
+baseline of the ratio.
 
 For each rate and trigger (real-time mode, micro-batch ``0 seconds`` and the source design's ``5 seconds``,
 in the same run) a fresh topic pair is used: the alert query (the real one: Kafka -> 01's parser -> rule ->
@@ -27,6 +33,7 @@ import uuid
 from datetime import datetime, timezone
 
 import numpy as np
+import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from sensorcep.local import broker
@@ -37,7 +44,7 @@ from sensorcep.pipeline.streaming import stop_queries
 from sensorcep.runtime import get_spark
 from sensorcep.settings import Settings, env_settings
 
-RULE = alerts.rule_text(0.0)
+RULE = "negative_frequency"  # the packaged rule set's rule: sensor_freq < 0
 #: where a micro-batch's time goes (StreamingQueryProgress.durationMs); addBatch = Kafka read + parse + foreachBatch
 PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets", "triggerExecution")
 
@@ -112,21 +119,48 @@ def consume_alerts(bootstrap: str, topic: str, expected_q, out, drain_s: float) 
     out.put(received)
 
 
+def rules_file(count: int, folder: str) -> str:
+    """A rule set of ``count`` threshold rules: negative_frequency (fires for the anomalies) and count-1 that never
+    fire on the benchmark's events (their values lie far outside what the producer sends)."""
+    rules = [{"id": RULE, "kind": "threshold", "field": "sensor_freq", "op": "<", "value": 0}]
+    operators = [">", ">=", "=="]
+    for i in range(1, count):
+        rule = {"id": f"never_{i:03d}", "kind": "threshold", "field": "sensor_freq", "op": operators[i % 3]}
+        rule["value"] = 1e6 + i
+        if i % 2:
+            rule["scope"] = {"device_id": f"dev-{i:05d}"}
+        rules.append(rule)
+    path = f"{folder}/rules-{count}.yaml"
+    with open(path, "w") as out:
+        yaml.safe_dump({"rules": rules}, out)
+    return path
+
+
 def measure(
-    spark, base: Settings, rate: int, trigger: str, seconds: float, warmup: float, drain: float, sampling_trigger: str
+    spark,
+    base: Settings,
+    rate: int,
+    trigger: str,
+    seconds: float,
+    warmup: float,
+    drain: float,
+    sampling_trigger: str,
+    rules: int = 1,
 ) -> dict:
     run = uuid.uuid4().hex[:8]
+    scratch = tempfile.mkdtemp(prefix="bench-alerts-")
     settings = base.replace(
         events_topic=f"lat-events-{run}",
         alerts_topic=f"lat-alerts-{run}",
         alerts_trigger=trigger,
         trigger=sampling_trigger if sampling_trigger != "none" else "availableNow",
-        base_path=tempfile.mkdtemp(prefix="bench-alerts-"),
+        base_path=scratch,
+        rules_file=rules_file(rules, scratch),
         tables="paths",  # a scratch folder per run, several runs per Spark application: no names to register
         max_offsets_per_trigger=0,
     )
     with broker.scratch_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic]):
-        return measure_on(spark, settings, rate, trigger, seconds, warmup, drain)
+        return {**measure_on(spark, settings, rate, trigger, seconds, warmup, drain), "rules": rules}
 
 
 def measure_on(spark, settings: Settings, rate: int, trigger: str, seconds: float, warmup: float, drain: float) -> dict:
@@ -198,6 +232,7 @@ def main() -> None:
         default="10 seconds",
         help="trigger of the sampling query run beside the alert query ('none': alone)",
     )
+    parser.add_argument("--rules", default="1", help="rule counts to run with (the first: the ratio's baseline)")
     parser.add_argument(
         "--no-cold-run",
         action="store_true",
@@ -207,6 +242,7 @@ def main() -> None:
     base = env_settings()
     triggers = [t.strip() for t in args.triggers.split(",")]
     rates = [int(r) for r in args.rates.split(",")]
+    counts = [int(n) for n in args.rules.split(",")]
     spark = get_spark()
     print(
         f"alert latency: rates {rates}, triggers {triggers}, sampling beside: {args.sampling_trigger}; "
@@ -223,21 +259,26 @@ def main() -> None:
     results = []
     for rate in rates:
         for trigger in triggers:
-            r = measure(spark, base, rate, trigger, args.seconds, args.warmup, args.drain, args.sampling_trigger)
-            results.append(r)
-            print(
-                f"  {rate:>6,} ev/s  {trigger:12} p50 {r['p50'] * 1000:7,.0f} ms  p99 {r['p99'] * 1000:7,.0f} ms  "
-                f"({r['received']}/{r['alerts']} alerts)",
-                flush=True,
-            )
+            for count in counts:
+                r = measure(
+                    spark, base, rate, trigger, args.seconds, args.warmup, args.drain, args.sampling_trigger, count
+                )
+                results.append(r)
+                print(
+                    f"  {rate:>6,} ev/s  {trigger:12} {count:>4} rule(s)  p50 {r['p50'] * 1000:7,.0f} ms  "
+                    f"p99 {r['p99'] * 1000:7,.0f} ms  "
+                    f"({r['received']}/{r['alerts']} alerts)",
+                    flush=True,
+                )
     print(
-        "\n| events/s | trigger | alerts received | p50 ms | p95 ms | p99 ms | max ms | in Spark p50/p99 ms "
+        "\n| events/s | trigger | rules | alerts received | p50 ms | p95 ms | p99 ms | max ms | in Spark p50/p99 ms "
         "| delivery p50/p99 ms |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(
-            f"| {r['rate']:,} | `{r['trigger']}` | {r['received']}/{r['alerts']} | {r['p50'] * 1000:,.0f} | "
+            f"| {r['rate']:,} | `{r['trigger']}` | {r['rules']} | {r['received']}/{r['alerts']} | "
+            f"{r['p50'] * 1000:,.0f} | "
             f"{r['p95'] * 1000:,.0f} | {r['p99'] * 1000:,.0f} | {r['max'] * 1000:,.0f} | "
             f"{r['spark_p50'] * 1000:,.0f} / {r['spark_p99'] * 1000:,.0f} | "
             f"{r['delivery_p50'] * 1000:,.0f} / {r['delivery_p99'] * 1000:,.0f} |"
@@ -251,6 +292,17 @@ def main() -> None:
             )
     print()
     targets = {1000: 0.100, 10000: 0.250}
+    for count in counts[1:]:
+        for rate in rates:
+            for trigger in triggers:
+                one = next(r for r in results if (r["rate"], r["trigger"], r["rules"]) == (rate, trigger, counts[0]))
+                many = next(r for r in results if (r["rate"], r["trigger"], r["rules"]) == (rate, trigger, count))
+                verdict = "meets" if many["p99"] <= 0.100 else "misses"
+                print(
+                    f"  {rate:,} ev/s {trigger!r}: {count} rules p99 {many['p99'] * 1000:,.0f} ms vs {counts[0]} "
+                    f"rule(s) {one['p99'] * 1000:,.0f} ms = {many['p99'] / one['p99']:.2f}x"
+                    + (f"; target <= 100 ms with 100 rules: {verdict}" if count >= 100 else "")
+                )
     for rate in rates:
         fast = next(r for r in results if r["rate"] == rate and r["trigger"] == triggers[0])
         base_r = next(r for r in results if r["rate"] == rate and r["trigger"] == triggers[-1])

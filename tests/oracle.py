@@ -14,6 +14,8 @@ An empty DataFrame in ``batches`` stands for a no-data batch (e.g. the one a run
 
 from __future__ import annotations
 
+import hashlib
+import operator
 from collections import defaultdict
 
 import pandas as pd
@@ -104,3 +106,28 @@ def reference_samples(
             )
     columns = ["window_start_ms", "window_end_ms", "device_id", "sensor_freq", "event_time_us", "roles", "is_anomalous"]
     return pd.DataFrame(rows, columns=columns)
+
+
+# ------------------------------------------------------------------------------------------------ alert rules
+_OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
+_OPERATORS["!="] = operator.ne
+
+
+def rule_alerts(events: pd.DataFrame, rules: list[dict], devices: dict[str, dict] | None = None) -> set[tuple]:
+    """(alert_id, rule_id) of every alert a set of threshold rules (as written in YAML) fires over ``events``
+    (device_id, sensor_freq, event_time_us), in plain Python: each event against each enabled rule, its scope looked
+    up in ``devices`` (device_id -> {site, sensor_type}), alert_id = sha256(device|event_time_us|rule_id)[:32]."""
+    devices = devices or {}
+    fired = set()
+    for device, freq, event_us in zip(events.device_id, events.sensor_freq, events.event_time_us, strict=True):
+        for rule in rules:
+            if not rule.get("enabled", True) or not _OPERATORS[rule["op"]](freq, rule["value"]):
+                continue
+            scope = rule.get("scope") or {}
+            if "device_id" in scope and device != scope["device_id"]:
+                continue
+            if any(devices.get(device, {}).get(key) != value for key, value in scope.items() if key != "device_id"):
+                continue
+            key = f"{device}|{int(event_us)}|{rule['id']}"
+            fired.add((hashlib.sha256(key.encode()).hexdigest()[:32], rule["id"]))
+    return fired

@@ -14,6 +14,7 @@ from sensorcep.local import simulator
 from sensorcep.local.broker import create_topics
 from sensorcep.pipeline import alerts, sampling
 from sensorcep.pipeline.streaming import finish, start_query, stop_when_caught_up
+from sensorcep.rules import catalog
 
 pytestmark = pytest.mark.integration
 
@@ -25,10 +26,12 @@ def consume_all(bootstrap: str, topic: str) -> list[tuple[bytes, dict]]:
 
 def test_alert_id_is_the_same_in_python_and_spark(spark):
     frame = events(("dev-1", -2.0, 1.5), ("dev-2", -0.001, 3600.000001))
-    rows = spark.createDataFrame(frame.assign(event_time=pd.to_datetime(frame.event_time_us, unit="us", utc=True)))
-    got = rows.select("device_id", "event_time_us", alerts.alert_id_column("sensor_freq < 0").alias("id")).collect()
+    rows = spark.createDataFrame(
+        frame.assign(event_time=pd.to_datetime(frame.event_time_us, unit="us", utc=True), rule_id="negative_frequency")
+    )
+    got = rows.select("device_id", "event_time_us", alerts.alert_id_column().alias("id")).collect()
     assert {(r.device_id, r.id) for r in got} == {
-        (r.device_id, alerts.alert_id(r.device_id, r.event_time_us, "sensor_freq < 0")) for r in got
+        (r.device_id, alerts.alert_id(r.device_id, r.event_time_us, "negative_frequency")) for r in got
     }
     assert len({r.id for r in got}) == 2 and all(len(r.id) == 32 for r in got)
 
@@ -49,13 +52,14 @@ def test_each_anomaly_becomes_one_alert_with_its_fields(spark, settings, tmp_pat
     records = consume_all(settings.kafka_bootstrap_servers, settings.alerts_topic)
     by_id = {value["alert_id"]: (key, value) for key, value in records}
     expected = {
-        alerts.alert_id(d, T0_US + int(s * 1e6), "sensor_freq < 0"): (d, f)
+        alerts.alert_id(d, T0_US + int(s * 1e6), "negative_frequency"): (d, f)
         for d, f, s in [("a", -1.5, 10), ("d", -4.0, 200), ("a", -2.5, 5)]
     }
     assert len(records) == 3 and set(by_id) == set(expected)
     for alert_id, (key, value) in by_id.items():
         assert key.decode() == value["device_id"] == expected[alert_id][0]
         assert value["sensor_freq"] == expected[alert_id][1] and value["rule"] == "sensor_freq < 0"
+        assert (value["rule_id"], value["rule_version"]) == ("negative_frequency", 1)
         assert set(value) == set(alerts.ALERT_FIELDS)
     anomalies = delta_frame(settings.table_path("anomalies"))
     assert sorted(anomalies.alert_id) == sorted(expected)
@@ -75,7 +79,7 @@ def test_crash_and_restart_alerts_every_anomaly_with_stable_ids(spark, settings)
 
     anomalous = sim.valid[sim.valid.sensor_freq < 0]  # every anomalous record, re-sent copies included
     expected = {
-        alerts.alert_id(d, int(t.value // 1000), "sensor_freq < 0")
+        alerts.alert_id(d, int(t.value // 1000), "negative_frequency")
         for d, t in zip(anomalous.device_id, anomalous.event_time, strict=False)
     }
     records = consume_all(settings.kafka_bootstrap_servers, settings.alerts_topic)
@@ -108,7 +112,7 @@ def test_realtime_alerts_equal_the_anomalies_of_a_fixed_input(spark, settings):
 
     anomalous = sim.valid[sim.valid.sensor_freq < 0]
     expected = {
-        alerts.alert_id(d, int(t.value // 1000), "sensor_freq < 0")
+        alerts.alert_id(d, int(t.value // 1000), "negative_frequency")
         for d, t in zip(anomalous.device_id, anomalous.event_time, strict=False)
     }
     got = [v["alert_id"] for _, v in consume_all(settings.kafka_bootstrap_servers, settings.alerts_topic)]
@@ -121,11 +125,13 @@ def _alert_record(device: str, seconds: float) -> dict:
     event_us = T0_US + int(seconds * 1e6)
     event_time = pd.Timestamp(event_us, unit="us", tz="UTC").strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return {
-        "alert_id": alerts.alert_id(device, event_us, "sensor_freq < 0"),
+        "alert_id": alerts.alert_id(device, event_us, "negative_frequency"),
         "device_id": device,
         "sensor_freq": -1.0,
         "event_time": event_time,
         "kafka_timestamp": event_time,
+        "rule_id": "negative_frequency",
+        "rule_version": 1,
         "rule": "sensor_freq < 0",
     }
 
@@ -202,8 +208,9 @@ def test_alert_and_sampling_queries_run_side_by_side_in_their_pools(spark, setti
         return record
 
     events_ = valid_event_stream(spark, settings)
+    rules = catalog.rules_in_force(spark, settings)
     alert_q = start_query(
-        alerts.alert_stream(events_, settings), settings, "alerts", pool="alerts", foreach_batch=recorder("alerts")
+        alerts.alert_stream(events_, rules), settings, "alerts", pool="alerts", foreach_batch=recorder("alerts")
     )
     sample_q = start_query(
         sampling.sample_stream(events_, settings),

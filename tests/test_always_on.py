@@ -31,7 +31,7 @@ def _params(settings) -> dict[str, str]:
 def _expected_alert_ids(sim) -> set[str]:
     anomalous = sim.valid[sim.valid.sensor_freq < 0]
     return {
-        alerts.alert_id(d, int(t.value // 1000), "sensor_freq < 0")
+        alerts.alert_id(d, int(t.value // 1000), "negative_frequency")
         for d, t in zip(anomalous.device_id, anomalous.event_time, strict=False)
     }
 

@@ -352,7 +352,9 @@ def test_the_bundle_artifact_builds_a_wheel_with_the_package_and_its_entry_point
         "observability",
         "tuning",
         "local",
+        "rules",
     }, "every subpackage is shipped"
+    assert "sensorcep/rules/alert_rules.yaml" in names, "the packaged rule set that seeds alert_rules"
     assert not any(n.endswith("oracle.py") for n in names), "test-only code stays out of the wheel"
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "sensorcep-stream = sensorcep.pipeline.always_on:main" in entry_points

@@ -99,7 +99,14 @@ def test_the_import_scan_sees_a_lazy_import_inside_a_function(tmp_path):
 
 
 #: the packages from the bottom up: a module imports only its own layer and the ones below (no package loops)
-LAYERS = ("sensorcep.io", "sensorcep.observability", "sensorcep.pipeline", "sensorcep.tuning", "sensorcep.local")
+LAYERS = (
+    "sensorcep.io",
+    "sensorcep.observability",
+    "sensorcep.rules",
+    "sensorcep.pipeline",
+    "sensorcep.tuning",
+    "sensorcep.local",
+)
 
 
 def _layer(module: str) -> int:

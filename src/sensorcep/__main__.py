@@ -1,4 +1,4 @@
-"""Command line: ``python -m sensorcep jars|broker|simulate|run|summary``."""
+"""Command line: ``python -m sensorcep jars|broker|simulate|run|summary|rules|backtest``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from sensorcep.local import broker, jars, simulator
 from sensorcep.local.jobs import ALWAYS_ON_JOB_KEY, JOB_KEY, run, run_always_on
 from sensorcep.local.summary import print_summary
 from sensorcep.observability.monitoring import stop_session
+from sensorcep.pipeline.backtest import backtest
+from sensorcep.rules import catalog
+from sensorcep.rules.model import load_rules
 from sensorcep.runtime import get_spark
 from sensorcep.settings import env_settings
 
@@ -76,7 +79,7 @@ def cmd_simulate(args) -> None:
     bootstrap = conf.pop("bootstrap.servers")
     simulator.produce(sim, bootstrap, settings.events_topic, progress=True, extra_config=conf)
     if args.acks_share > 0:
-        acks = simulator.acknowledgements(sim, settings.anomaly_threshold, args.acks_share)
+        acks = simulator.acknowledgements(sim, load_rules(settings.rules_file), args.acks_share)
         simulator.produce_records(acks, bootstrap, settings.acks_topic, extra_config=conf)
         print(f"produced {len(acks):,} acknowledgements to {settings.acks_topic}")
     if args.devices_table:
@@ -96,6 +99,35 @@ def cmd_run(args) -> None:
         stop_session(get_spark())  # before the interpreter exits: the progress listener must not outlive Python
         return
     run(args.task, _params(args.param), job_key=job)  # its last line names the run's HTML report
+
+
+def cmd_rules(args) -> None:
+    settings = env_settings()
+    path = args.file or settings.rules_file
+    if args.action == "check":
+        rules = load_rules(path)
+        print(f"✔ {path or 'the packaged rule set'}: {len(rules)} valid rule(s)")
+        for rule in rules:
+            print(f"  {rule.id:<28} {rule.kind:<10} {rule.text}{'' if rule.enabled else '  (disabled)'}")
+        return
+    spark = get_spark()
+    if args.action == "apply":
+        changes = catalog.apply_rules(spark, settings, load_rules(path))
+        print(f"✔ alert_rules: {changes}; running alert queries pick it up within {settings.rules_refresh}")
+    rows = catalog.current_rows(spark, settings)
+    print(f"alert_rules ({len(rows)} rule(s)):")
+    for row in sorted(rows, key=lambda r: r["rule_id"]):
+        state = "enabled " if row["enabled"] else "disabled"
+        print(f"  {row['rule_id']:<28} v{row['rule_version']:<3} {state} {row['rule']}")
+
+
+def cmd_backtest(args) -> None:
+    settings = env_settings()
+    result = backtest(get_spark(), settings, load_rules(args.rules), args.start, args.end)
+    print(result)
+    for name, frame in (("added", result.added), ("dropped", result.dropped)):
+        if len(frame):
+            print(f"\nfirst {len(frame)} {name}:\n{frame.to_string(index=False)}")
 
 
 def cmd_summary(args) -> None:
@@ -149,6 +181,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--task", action="append", help="pipeline job: only these task keys (repeatable)")
     p.add_argument("--param", action="append", help="name=value job parameter override (repeatable)")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("rules", help="the alert rules: check a YAML file, apply it to alert_rules, show the table")
+    p.add_argument("action", choices=["check", "apply", "show"])
+    p.add_argument("--file", help="rules YAML (default: the rules_file setting, else the packaged rule set)")
+    p.set_defaults(func=cmd_rules)
+
+    p = sub.add_parser("backtest", help="what a candidate rule set would alert on over bronze, against anomalies")
+    p.add_argument("--rules", required=True, help="the candidate rules YAML")
+    p.add_argument("--from", dest="start", type=datetime.fromisoformat, help="event time from (ISO-8601, UTC)")
+    p.add_argument("--to", dest="end", type=datetime.fromisoformat, help="event time before (ISO-8601, UTC)")
+    p.set_defaults(func=cmd_backtest)
 
     p = sub.add_parser("summary", help="rows per table, quarantine reasons, last run's notebooks")
     p.add_argument("--runs", help="runs folder to point at (default: newest)")

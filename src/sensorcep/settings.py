@@ -33,6 +33,7 @@ TABLES = (
     "device_status",
     "anomalies",
     "alert_escalations",
+    "alert_rules",
     "tuning_results",
     "stream_progress",
 )
@@ -95,7 +96,24 @@ class Settings:
     max_offsets_per_trigger: int = 100_000
     partitions: int = field(default=2, metadata={"doc": "partitions of the topics the project creates (simulator)"})
     device_timeout: str = "5 minutes"
-    anomaly_threshold: float = 0.0
+    anomaly_threshold: float = field(
+        default=0.0,
+        metadata={
+            "doc": "sampling keeps every event with sensor_freq below it (02); alerts come from the rules in "
+            "alert_rules (rules_file)"
+        },
+    )
+    rules_file: str = field(
+        default="",
+        metadata={
+            "doc": "YAML rule set that seeds the alert_rules table when it does not exist yet; empty: the packaged "
+            "sensorcep/rules/alert_rules.yaml (python -m sensorcep rules apply --file F changes the table)"
+        },
+    )
+    rules_refresh: str = field(
+        default="30 seconds",
+        metadata={"doc": "how often the always-on alert task reads alert_rules, and restarts its query on a change"},
+    )
     ack_timeout: str = "10 minutes"
     max_future: str = "5 minutes"
     alerts_trigger: str = field(
@@ -158,9 +176,10 @@ class Settings:
             "device_timeout",
             "ack_timeout",
             "max_future",
+            "rules_refresh",
         ):
             parse_duration(getattr(self, name), name)
-        for name in ("window_duration", "slide_duration", "device_timeout", "ack_timeout"):
+        for name in ("window_duration", "slide_duration", "device_timeout", "ack_timeout", "rules_refresh"):
             if parse_duration(getattr(self, name), name) <= 0:
                 raise SettingsError(f"{name} must be longer than 0, not {getattr(self, name)!r}")
         if parse_duration(self.slide_duration) > parse_duration(self.window_duration):

@@ -36,10 +36,9 @@ from sensorcep.local import run_report
 from sensorcep.local.session import PARAMS_ENV
 from sensorcep.observability.live import RealtimeAlertsLine, progress_line
 from sensorcep.pipeline import always_on
-from sensorcep.pipeline import queries as registry
 from sensorcep.pipeline.streaming import explain_failure, stop_queries
 from sensorcep.runtime import get_spark
-from sensorcep.settings import PROJECT_ROOT, Settings, defaults, is_realtime, parameter_names
+from sensorcep.settings import PROJECT_ROOT, Settings, defaults, is_realtime, parameter_names, parse_duration
 
 BUNDLE_DIR = PROJECT_ROOT / "bundles"
 JOB_KEY = "sensor_cep_pipeline"
@@ -249,23 +248,32 @@ def run_always_on(
     """
 
     spark = spark or get_spark()
-    queries, triggers, settings_of = [], {}, {}
+    running_tasks, triggers, settings_of = [], {}, {}
+    queries = []  # every task's queries, as they run now (a refresh replaces a restarted one)
     try:
         for task in tasks(job_key, params=params):
             if task.entry_point is None or entry_point_function(task.entry_point) is not always_on.main:
                 raise JobError(f"task {task.key!r} does not call the always-on entry point (sensorcep-stream)")
             task_name, values = always_on.parse_arguments([f"--{k}={v}" for k, v in task.parameters.items()])
             settings = Settings.from_mapping(values)
-            started = always_on.start_task(spark, task_name, settings)
-            for query, declared in zip(started, registry.tasks()[task_name], strict=True):
+            running = always_on.start_task(spark, task_name, settings)
+            for query, declared in zip(running.queries, running.declared, strict=True):
                 triggers[query.name] = declared.trigger(settings)
                 settings_of[query.name] = settings
-            queries += started
-            out(f"▶ {task.key}: {', '.join(q.name for q in started)}")
+            running_tasks.append(running)
+            queries += running.queries
+            out(f"▶ {task.key}: {', '.join(q.name for q in running.queries)}")
         deadline = time.monotonic() + minutes * 60 if minutes else None
         realtime_lines: dict[str, RealtimeAlertsLine] = {}
         next_line = time.monotonic()
+        next_refresh = {id(r): time.monotonic() + parse_duration(r.settings.rules_refresh) for r in running_tasks}
         while True:
+            for running in running_tasks:
+                if running.reloads and time.monotonic() >= next_refresh[id(running)]:
+                    for name in running.refresh():
+                        out(f"↻ {name}: alert_rules changed, restarted with the rules in force")
+                    next_refresh[id(running)] = time.monotonic() + parse_duration(running.settings.rules_refresh)
+            queries[:] = [q for running in running_tasks for q in running.queries]
             failed = [q for q in queries if not q.isActive and q.exception() is not None]
             if failed:
                 raise JobError(f"query {failed[0].name} failed: {explain_failure(failed[0], failed[0].exception())}")

@@ -20,7 +20,8 @@ from tqdm.auto import tqdm
 
 from sensorcep.io.kafka import LIBRDKAFKA_LOG
 from sensorcep.io.lake import Tables
-from sensorcep.pipeline.alerts import alert_id, rule_text
+from sensorcep.pipeline.alerts import alert_id
+from sensorcep.rules.model import Rule, load_rules
 from sensorcep.runtime import get_spark
 
 MALFORMED_KINDS = (
@@ -210,12 +211,15 @@ def produce_records(
 
 def acknowledgements(
     simulation: Simulation,
-    anomaly_threshold: float = 0.0,
+    rules: list[Rule] | None = None,
     share: float = 0.7,
     max_delay_s: float = 1_200.0,
     seed: int | None = None,
 ) -> pd.DataFrame:
     """Acks ({alert_id, acked_by, ack_time}) for a share of the simulated alerts, as Kafka records.
+
+    The alerts are those ``rules`` (default: the packaged rule set, which seeds ``alert_rules``) fire, each rule
+    without a site or sensor_type scope (those need the devices table).
 
     Each acked alert is acknowledged ``uniform(5 s, max_delay_s)`` after its event, so with the default
     ``ack_timeout`` of 10 minutes about half of the acks come too late and those alerts escalate.
@@ -223,12 +227,20 @@ def acknowledgements(
     """
 
     rng = np.random.default_rng(simulation.config.seed + 7 if seed is None else seed)
-    anomalies = simulation.distinct_valid[simulation.distinct_valid.sensor_freq < anomaly_threshold]
+    valid = simulation.distinct_valid
+    fired = [
+        valid[rule.fires(valid.sensor_freq.to_numpy(), valid.device_id.to_numpy())].assign(rule_id=rule.id)
+        for rule in (load_rules() if rules is None else rules)
+        if rule.enabled and (rule.scope is None or rule.scope.column == "device_id")
+    ]
+    anomalies = pd.concat(fired, ignore_index=True) if fired else valid.iloc[:0].assign(rule_id="")
     chosen = anomalies[rng.random(len(anomalies)) < share]
     event_us = chosen.event_time.dt.tz_convert(None).astype("int64").to_numpy() // 1000
     ack_us = event_us + (rng.uniform(5.0, max_delay_s, len(chosen)) * 1e6).astype(np.int64) // 1000 * 1000
-    rule = rule_text(anomaly_threshold)
-    ids = [alert_id(d, t, rule) for d, t in zip(chosen.device_id.tolist(), event_us.tolist(), strict=False)]
+    ids = [
+        alert_id(d, t, r)
+        for d, t, r in zip(chosen.device_id.tolist(), event_us.tolist(), chosen.rule_id.tolist(), strict=True)
+    ]
     operators = rng.choice(["ops-anna", "ops-ben", "ops-chen"], len(chosen)).tolist()
     values = [
         json.dumps({"alert_id": i, "acked_by": o, "ack_time": t}).encode()

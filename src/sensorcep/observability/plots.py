@@ -143,3 +143,20 @@ def plot_query_progress(progress: pd.DataFrame, query: str, trigger_ms: int = 0)
     fig.autofmt_xdate()
     fig.tight_layout()
     return fig
+
+
+def plot_backtest(by_rule: pd.DataFrame, title: str = "Backtest: the candidate rules against the live alerts"):
+    """A backtest's ``by_rule`` (rule_id, kept, added, dropped) -> one stacked bar per rule: the alerts both rule sets
+    fire (kept), the candidate adds and it drops."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - heavy: only when plotting
+
+    fig, ax = plt.subplots(figsize=(9, 0.5 + 0.45 * max(len(by_rule), 1)))
+    left = pd.Series(0, index=by_rule.index)
+    for column, color in (("kept", "tab:grey"), ("added", "tab:green"), ("dropped", "tab:red")):
+        ax.barh(by_rule.rule_id, by_rule[column], left=left, color=color, label=f"{column} ({by_rule[column].sum():,})")
+        left = left + by_rule[column]
+    ax.set(title=title, xlabel="alerts")
+    ax.invert_yaxis()
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig

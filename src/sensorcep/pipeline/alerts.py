@@ -1,12 +1,13 @@
 """03 anomaly alerts: every anomalous event to Kafka as an alert, fast; unacknowledged alerts escalated.
 
-* :func:`alert_stream` is stateless: a valid event (the rules of 01's parser) with ``sensor_freq <
-  anomaly_threshold`` becomes an alert whatever its lateness. Its ``alert_id`` is derived from the event
-  (device, event time in microseconds, rule), so a replayed batch re-sends the *same* alert and consumers
-  dedupe on it: Kafka delivery is at least once. :func:`start_alerts` writes the alerts topic and nothing
-  else (Spark's Kafka sink, no foreachBatch), so it runs in any trigger: ``realtime`` (Spark's real-time
-  mode, records processed as they arrive), an interval, or ``availableNow``. When the alert was produced
-  is the alert record's own Kafka timestamp (``detected_at`` once read back).
+* :func:`alert_stream` is stateless: a valid event (the rules of 01's parser) that fires an alert rule in force
+  (the ``alert_rules`` table, :mod:`sensorcep.rules`) becomes an alert, one per rule it fires, whatever its
+  lateness. Each alert carries the ``rule_id`` and ``rule_version`` that fired it; its ``alert_id`` is derived
+  from the event and the rule (device, event time in microseconds, rule id), so a replayed batch re-sends the
+  *same* alert and consumers dedupe on it: Kafka delivery is at least once. :func:`start_alerts` writes the
+  alerts topic and nothing else (Spark's Kafka sink, no foreachBatch), so it runs in any trigger: ``realtime``
+  (Spark's real-time mode, records processed as they arrive), an interval, or ``availableNow``. When the alert
+  was produced is the alert record's own Kafka timestamp (``detected_at`` once read back).
 * :func:`start_anomalies` records alerts off the latency path: a micro-batch query reads the alerts
   topic back and MERGEs each batch into the Delta table ``anomalies`` on ``alert_id``, so an event sent
   twice, a replayed batch and a re-sent alert each leave one row.
@@ -19,6 +20,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -29,47 +31,66 @@ from sensorcep.pipeline import lateness, queries, sampling
 from sensorcep.pipeline.ingest import valid_events
 from sensorcep.pipeline.parsing import KAFKA_COORDINATES, record_columns, seconds_interval
 from sensorcep.pipeline.streaming import finish, launch, materialized, query_conf, stop_when_caught_up
+from sensorcep.rules import catalog, evaluate
+from sensorcep.rules.catalog import VersionedRule
 from sensorcep.settings import Settings, is_realtime
+
+log = logging.getLogger(__name__)
 
 QUERY = "alerts"
 ANOMALIES_QUERY = "anomalies"
 ESCALATION_QUERY = "escalations"
 #: the alert record (JSON value on the alerts topic, key = device id); kafka_timestamp = when the event reached Kafka
-ALERT_FIELDS = ["alert_id", "device_id", "sensor_freq", "event_time", "kafka_timestamp", "rule"]
+ALERT_FIELDS = [
+    "alert_id",
+    "device_id",
+    "sensor_freq",
+    "event_time",
+    "kafka_timestamp",
+    "rule_id",
+    "rule_version",
+    "rule",
+]
 ALERT_SCHEMA = (
     "alert_id string, device_id string, sensor_freq double, event_time timestamp, "
-    "kafka_timestamp timestamp, rule string"
+    "kafka_timestamp timestamp, rule_id string, rule_version int, rule string"
 )
 #: an alert read back from the topic: its fields + detected_at (the alert record's Kafka timestamp)
 ANOMALY_FIELDS = [*ALERT_FIELDS, "detected_at"]
 ACK_SCHEMA = "alert_id string, acked_by string, ack_time timestamp"
 
 
-def rule_text(threshold: float) -> str:
-    return f"sensor_freq < {threshold:g}"
+def alert_id(device_id: str, event_time_us: int, rule_id: str) -> str:
+    """The alert id of an event and the rule it fires, in plain Python (simulator, consumers, tests); equals
+    :func:`alert_id_column`. The rule's version is not part of it: a changed threshold that still fires for an event
+    names the same alert (a backtest keeps it)."""
+    return hashlib.sha256(f"{device_id}|{event_time_us}|{rule_id}".encode()).hexdigest()[:32]
 
 
-def alert_id(device_id: str, event_time_us: int, rule: str) -> str:
-    """The alert id of an event, in plain Python (simulator, consumers, tests); equals :func:`alert_id_column`."""
-    return hashlib.sha256(f"{device_id}|{event_time_us}|{rule}".encode()).hexdigest()[:32]
-
-
-def alert_id_column(rule: str) -> Column:
-    key = F.concat_ws("|", F.col("device_id"), F.unix_micros("event_time").cast("string"), F.lit(rule))
+def alert_id_column() -> Column:
+    key = F.concat_ws("|", F.col("device_id"), F.unix_micros("event_time").cast("string"), F.col("rule_id"))
     return F.substring(F.sha2(key, 256), 1, 32)
 
 
-def alert_stream(events: DataFrame, settings: Settings) -> DataFrame:
-    """Valid events -> alerts (:data:`ALERT_FIELDS`). No watermark, no state: late events alert too."""
-    rule = rule_text(settings.anomaly_threshold)
-    return events.where(F.col("sensor_freq") < settings.anomaly_threshold).select(
-        alert_id_column(rule).alias("alert_id"),
+def alert_stream(events: DataFrame, rules: list[VersionedRule], devices: dict | None = None) -> DataFrame:
+    """Valid events -> alerts (:data:`ALERT_FIELDS`), one per (event, rule it fires). No watermark, no state: late
+    events alert too. ``devices``: the device ids of site/sensor_type scopes (:func:`evaluate.scope_devices`)."""
+    fired = evaluate.fire(events, rules, devices)
+    return fired.select(
+        alert_id_column().alias("alert_id"),
         "device_id",
         "sensor_freq",
         "event_time",
         "kafka_timestamp",
-        F.lit(rule).alias("rule"),
+        *evaluate.FIRED_COLUMNS,
     )
+
+
+def compiled_alerts(spark: SparkSession, settings: Settings, events: DataFrame) -> DataFrame:
+    """:func:`alert_stream` with the rules in force now (``alert_rules``, seeded on first use)."""
+    rules = catalog.rules_in_force(spark, settings)
+    log.warning("alert rules in force: %s", ", ".join(f"{r.id} v{r.version} ({r.rule.text})" for r in rules) or "none")
+    return alert_stream(events, rules, evaluate.scope_devices(spark, settings, rules))
 
 
 def kafka_columns() -> list[Column]:
@@ -77,18 +98,26 @@ def kafka_columns() -> list[Column]:
     return [F.col("device_id").alias("key"), F.to_json(F.struct(*ALERT_FIELDS)).alias("value")]
 
 
-@queries.declare(QUERY, task="alerts", writes="alerts topic", trigger_setting="alerts_trigger", pool="alerts")
+@queries.declare(
+    QUERY,
+    task="alerts",
+    writes="alerts topic",
+    trigger_setting="alerts_trigger",
+    pool="alerts",
+    reload_when=catalog.fingerprint,
+)
 def start_alerts(spark: SparkSession, settings: Settings, *, wait: bool = True, events: DataFrame | None = None):
     """Run (availableNow) or start (``realtime`` or an interval: ``alerts_trigger``) the alert query, pool ``alerts``.
 
-    Events topic -> 01's parser, valid events only -> the rule -> alerts topic, through Spark's Kafka sink.
+    Events topic -> 01's parser, valid events only -> the rules in force -> alerts topic, through Spark's Kafka sink.
+    The rules are compiled into the query when it starts; the always-on job restarts it when ``alert_rules`` changes.
     """
 
     if events is None:
         raw = read_kafka(spark, settings, settings.events_topic, realtime=is_realtime(settings.alerts_trigger))
         events = valid_events(raw, settings)
     return launch(
-        alert_stream(events, settings).select(*kafka_columns()),
+        compiled_alerts(spark, settings, events).select(*kafka_columns()),
         settings,
         QUERY,
         wait=wait,

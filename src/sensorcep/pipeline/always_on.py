@@ -9,7 +9,8 @@ package's ``sensorcep-stream`` entry point with its parameters as ``--name=value
 * ``ingest``: Kafka -> ``bronze_events`` / ``quarantine_events`` (micro-batches, ``trigger``);
 * ``sampling_state``: ``bronze_events`` (Delta stream) -> ``sensor_samples`` and ``device_status`` (micro-batches,
   ``trigger``);
-* ``alerts``: events -> alerts topic (``alerts_trigger``: real-time mode), on a cluster of its own;
+* ``alerts``: events -> alerts topic (``alerts_trigger``: real-time mode), on a cluster of its own; the task reads
+  ``alert_rules`` every ``rules_refresh`` and restarts the query on its checkpoint when the rules changed;
 * ``alert_records``: alerts topic -> ``anomalies`` (MERGE) and escalations (micro-batches, ``trigger``).
 
 A task that reads Kafka starts where its checkpoint left off: a stop and a restart lose and double nothing
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -29,7 +31,7 @@ from sensorcep.pipeline import queries
 from sensorcep.pipeline.ingest import wait_for_bronze
 from sensorcep.pipeline.streaming import explain_failure
 from sensorcep.runtime import get_spark
-from sensorcep.settings import Settings, SettingsError
+from sensorcep.settings import Settings, SettingsError, parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,49 @@ log = logging.getLogger(__name__)
 TASKS = queries.TASK_ORDER
 
 
-def start_task(spark: SparkSession, task: str, settings: Settings) -> list[StreamingQuery]:
+@dataclass
+class RunningTask:
+    """The running queries of one always-on task, and what each compiled in when it started (its declaration's
+    ``reload_when`` fingerprint: the alert rules). :meth:`refresh` restarts, on its checkpoint, each query whose
+    fingerprint changed since, so a rule change reaches a running job without a restart of the job."""
+
+    spark: SparkSession
+    settings: Settings
+    declared: list[queries.Query]
+    queries: list[StreamingQuery] = field(default_factory=list)
+    compiled: list[object] = field(default_factory=list)
+
+    def start(self) -> RunningTask:
+        for declared in self.declared:
+            # the fingerprint is taken before the query compiles: a change in between shows at the next refresh
+            self.compiled.append(declared.reload_when(self.spark, self.settings) if declared.reload_when else None)
+            self.queries.append(declared.start(self.spark, self.settings, wait=False))
+        return self
+
+    def refresh(self) -> list[str]:
+        """Restart the queries whose compiled-in inputs changed; their names."""
+        restarted = []
+        for index, declared in enumerate(self.declared):
+            if declared.reload_when is None or not self.queries[index].isActive:
+                continue
+            now = declared.reload_when(self.spark, self.settings)
+            if now == self.compiled[index]:
+                continue
+            log.warning(
+                "query %s: %s changed, restarting it on its checkpoint", declared.name, declared.reload_when.__module__
+            )
+            self.queries[index].stop()
+            self.compiled[index] = now
+            self.queries[index] = declared.start(self.spark, self.settings, wait=False)
+            restarted.append(self.queries[index].name)
+        return restarted
+
+    @property
+    def reloads(self) -> bool:
+        return any(declared.reload_when is not None for declared in self.declared)
+
+
+def start_task(spark: SparkSession, task: str, settings: Settings) -> RunningTask:
     """Start the queries of one always-on task (they run until stopped)."""
     if task not in TASKS:
         raise SettingsError(f"unknown always-on task {task!r}; known: {', '.join(TASKS)}")
@@ -47,17 +91,21 @@ def start_task(spark: SparkSession, task: str, settings: Settings) -> list[Strea
     declared = queries.tasks()[task]
     if any(q.reads_bronze for q in declared):
         wait_for_bronze(spark, settings)  # the medallion: bronze_events, which the ingest task creates, must exist
-    return [q.start(spark, settings, wait=False) for q in declared]
+    return RunningTask(spark, settings, declared).start()
 
 
-def await_queries(spark: SparkSession, queries: list[StreamingQuery]) -> None:
-    """Block while the queries run; raise the first failure, so the job run fails and Databricks restarts it."""
-    while any(q.isActive for q in queries):
-        spark.streams.awaitAnyTermination()
+def await_queries(spark: SparkSession, task: RunningTask) -> None:
+    """Block while the queries run, refreshing them every ``rules_refresh`` (:meth:`RunningTask.refresh`); raise the
+    first failure, so the job run fails and Databricks restarts it."""
+    every_s = parse_duration(task.settings.rules_refresh) if task.reloads else None
+    while any(q.isActive for q in task.queries):
+        if not spark.streams.awaitAnyTermination(every_s) and every_s is not None:
+            task.refresh()
+            continue
         spark.streams.resetTerminated()
-        for query in queries:
+        for query in task.queries:
             if not query.isActive and query.exception() is not None:
-                for other in queries:
+                for other in task.queries:
                     if other.isActive:
                         other.stop()
 
@@ -85,9 +133,9 @@ def main(argv: list[str] | None = None) -> None:
     settings = Settings.from_mapping(params)
     spark = get_spark()
 
-    queries = start_task(spark, task, settings)
-    log.warning("always-on task %s: started %s", task, ", ".join(q.name for q in queries))
+    running = start_task(spark, task, settings)
+    log.warning("always-on task %s: started %s", task, ", ".join(q.name for q in running.queries))
     try:
-        await_queries(spark, queries)
+        await_queries(spark, running)
     finally:
         stop_progress_listener(spark)  # under Spark Connect (serverless) the process could not exit otherwise

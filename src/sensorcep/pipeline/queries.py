@@ -7,7 +7,8 @@ A query is declared where it is built, by decorating its start function::
 
 The declaration holds the query's name (its checkpoint folder and ``stream_progress.query_name``), the always-on
 task that runs it (the bundle's ``task_key``), which setting gives its trigger (``trigger`` or ``alerts_trigger``),
-its FAIR pool, what it writes, and whether it reads ``bronze_events`` (then it waits for ingest to create it).
+its FAIR pool, what it writes, whether it reads ``bronze_events`` (then it waits for ingest to create it), and what
+it compiles in when it starts (``reload_when``: the always-on job restarts it when that changes, e.g. the rules).
 Starting and running to the end (:func:`sensorcep.pipeline.streaming.launch`), the always-on job, the local runner,
 monitoring and 05 all read :func:`registry`; adding a query is one decorated function in a pipeline module.
 """
@@ -38,6 +39,9 @@ class Query:
     trigger_setting: str = "trigger"
     pool: str | None = None
     reads_bronze: bool = False
+    #: fingerprint(spark, settings) of what the query compiles in when it starts (the alert rules): the always-on
+    #: job restarts the query, on its checkpoint, when it changes
+    reload_when: Callable | None = None
 
     def trigger(self, settings: Settings) -> str:
         """The trigger this query runs with under ``settings``."""
@@ -55,6 +59,7 @@ def declare(
     trigger_setting: str = "trigger",
     pool: str | None = None,
     reads_bronze: bool = False,
+    reload_when: Callable | None = None,
 ):
     """Decorator: declare the query ``name`` that the decorated function starts."""
     if trigger_setting not in ("trigger", "alerts_trigger"):
@@ -68,7 +73,7 @@ def declare(
             raise ValueError(
                 f"query {name!r} is declared twice: {_DECLARED[name].start.__qualname__}, {start.__name__}"
             )
-        _DECLARED[name] = Query(name, start, task, writes, trigger_setting, pool, reads_bronze)
+        _DECLARED[name] = Query(name, start, task, writes, trigger_setting, pool, reads_bronze, reload_when)
         return start
 
     return register

@@ -1,0 +1,116 @@
+"""A backtest before a rule change: what a candidate rule set would have alerted on over ``bronze_events``, against
+what the live rules did alert (``anomalies``), by ``alert_id``.
+
+The candidate runs through the live query's own code (:func:`sensorcep.pipeline.alerts.alert_stream`), in batch,
+over bronze, which holds every valid event once: an alert the candidate fires that ``anomalies`` lacks is *added*,
+one ``anomalies`` holds that the candidate does not fire is *dropped*, one in both is *kept*. An ``alert_id``
+depends on the device, the event time and the rule id (not its version), so a rule whose threshold moved keeps the
+alerts both versions fire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sensorcep.io.lake import Tables
+from sensorcep.pipeline.alerts import alert_stream
+from sensorcep.pipeline.ingest import BronzeMissingError
+from sensorcep.rules import catalog, evaluate
+from sensorcep.rules.model import Rule
+from sensorcep.settings import Settings
+
+#: columns of each alert a backtest lists
+ALERT_COLUMNS = ["alert_id", "rule_id", "device_id", "event_time", "sensor_freq"]
+
+
+@dataclass
+class Backtest:
+    """The outcome: per rule (``by_rule``: live, candidate, added, dropped, kept) and a sample of the alerts added
+    and dropped (up to ``sample`` each)."""
+
+    events: int
+    by_rule: pd.DataFrame
+    added: pd.DataFrame
+    dropped: pd.DataFrame
+    changes: catalog.Changes
+
+    @property
+    def totals(self) -> dict[str, int]:
+        return {c: int(self.by_rule[c].sum()) for c in ("live", "candidate", "added", "dropped", "kept")}
+
+    def __str__(self) -> str:
+        t = self.totals
+        head = (
+            f"backtest over {self.events:,} bronze events: live {t['live']:,} alerts, candidate {t['candidate']:,}: "
+            f"+{t['added']:,} added, -{t['dropped']:,} dropped, {t['kept']:,} kept; as a change to alert_rules: "
+            f"{self.changes}"
+        )
+        return head + "\n" + (self.by_rule.to_string(index=False) if len(self.by_rule) else "(no rule fired)")
+
+
+def _window(frame: DataFrame, start: datetime | None, end: datetime | None) -> DataFrame:
+    if start is not None:
+        frame = frame.where(F.col("event_time") >= F.lit(start))
+    if end is not None:
+        frame = frame.where(F.col("event_time") < F.lit(end))
+    return frame
+
+
+def backtest(
+    spark: SparkSession,
+    settings: Settings,
+    rules: list[Rule],
+    start: datetime | None = None,
+    end: datetime | None = None,
+    sample: int = 20,
+) -> Backtest:
+    """Run ``rules`` over bronze events with ``start <= event_time < end`` and compare with ``anomalies``."""
+    lake = Tables(spark, settings)
+    if not lake.exists("bronze_events"):
+        raise BronzeMissingError("bronze_events does not exist yet: run 01 ingest first; a backtest replays it")
+    changes = catalog.plan_changes(catalog.current_rows(spark, settings), rules)
+    version = {row["rule_id"]: row["rule_version"] for row in changes.rows}
+    candidate = [catalog.VersionedRule(rule, version[rule.id]) for rule in rules if rule.enabled]
+    events = _window(lake.read("bronze_events"), start, end).select(
+        "device_id", "sensor_freq", "event_time", "kafka_timestamp"
+    )
+    fired = alert_stream(events, candidate, evaluate.scope_devices(spark, settings, candidate))
+    fired = fired.select(*ALERT_COLUMNS).dropDuplicates(["alert_id"])
+    if lake.exists("anomalies"):
+        live = _window(lake.read("anomalies"), start, end).select(*ALERT_COLUMNS).dropDuplicates(["alert_id"])
+    else:
+        live = fired.where(F.lit(False))
+    both = (
+        fired.alias("c")
+        .join(live.alias("l"), "alert_id", "full_outer")
+        .select(
+            "alert_id",
+            F.coalesce("c.rule_id", "l.rule_id").alias("rule_id"),
+            F.coalesce("c.device_id", "l.device_id").alias("device_id"),
+            F.coalesce("c.event_time", "l.event_time").alias("event_time"),
+            F.coalesce("c.sensor_freq", "l.sensor_freq").alias("sensor_freq"),
+            F.when(F.col("l.rule_id").isNull(), "added")
+            .when(F.col("c.rule_id").isNull(), "dropped")
+            .otherwise("kept")
+            .alias("verdict"),
+        )
+        .cache()
+    )
+    try:
+        counts = both.groupBy("rule_id").agg(
+            *(F.sum((F.col("verdict") == v).cast("int")).alias(v) for v in ("added", "dropped", "kept"))
+        )
+        by_rule = counts.toPandas().sort_values("rule_id").reset_index(drop=True)
+        by_rule.insert(1, "live", by_rule.dropped + by_rule.kept)
+        by_rule.insert(2, "candidate", by_rule.added + by_rule.kept)
+        columns = ["alert_id", *ALERT_COLUMNS[1:]]
+        added = both.where("verdict = 'added'").orderBy("event_time", "alert_id").limit(sample).toPandas()[columns]
+        dropped = both.where("verdict = 'dropped'").orderBy("event_time", "alert_id").limit(sample).toPandas()[columns]
+        return Backtest(events.count(), by_rule, added, dropped, changes)
+    finally:
+        both.unpersist()

@@ -1,0 +1,144 @@
+"""The ``alert_rules`` Delta table: the rules in force, one row per rule id with its version.
+
+* :func:`plan_changes` (pure Python) compares a rule set with the table's rows: a new rule gets version 1, a changed
+  definition or ``enabled`` flag the next version, a rule the set no longer lists is disabled (its row and id stay,
+  so old alerts keep naming a rule the table still explains).
+* :func:`apply_rules` writes the result as one Delta commit (the table is small: an overwrite), so a running query
+  reads either the old rule set or the new one, never half of each; earlier rule sets stay readable by time travel.
+* :func:`rules_in_force` is what the alert query evaluates: the enabled rows, seeded from ``rules_file`` (or the
+  packaged default) the first time, when the table does not exist yet.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from pyspark.sql import SparkSession
+
+from sensorcep.io.lake import Tables
+from sensorcep.rules.model import Rule, load_rules, rule_from_spec, spec_json
+from sensorcep.settings import Settings
+
+log = logging.getLogger(__name__)
+
+TABLE = "alert_rules"
+COLUMNS = ["rule_id", "rule_version", "kind", "enabled", "rule", "spec", "description", "updated_at"]
+SCHEMA = (
+    "rule_id string, rule_version int, kind string, enabled boolean, rule string, spec string, "
+    "description string, updated_at timestamp"
+)
+
+
+@dataclass(frozen=True)
+class VersionedRule:
+    """A rule in force and the version of it that fires: every alert carries both."""
+
+    rule: Rule
+    version: int
+
+    @property
+    def id(self) -> str:
+        return self.rule.id
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What :func:`plan_changes` found: rule ids added, changed (version raised), disabled, unchanged; and the
+    table's rows after the change (dicts of :data:`COLUMNS`)."""
+
+    added: list[str]
+    changed: list[str]
+    disabled: list[str]
+    unchanged: list[str]
+    rows: list[dict]
+
+    @property
+    def any(self) -> bool:
+        return bool(self.added or self.changed or self.disabled)
+
+    def __str__(self) -> str:
+        parts = [f"{len(ids)} {what} ({', '.join(ids)})" for what, ids in self._groups() if ids]
+        return "; ".join(parts) if parts else "no change"
+
+    def _groups(self):
+        return (("added", self.added), ("changed", self.changed), ("disabled", self.disabled))
+
+
+def plan_changes(current: list[dict], rules: list[Rule], now: datetime | None = None) -> Changes:
+    """The ``alert_rules`` rows that make ``rules`` the rule set in force, given the table's ``current`` rows."""
+    now = now or datetime.now(timezone.utc).replace(tzinfo=None)
+    by_id = {row["rule_id"]: row for row in current}
+    added, changed, disabled, unchanged, rows = [], [], [], [], []
+    for rule in rules:
+        spec = spec_json(rule)
+        old = by_id.pop(rule.id, None)
+        if old is None:
+            added.append(rule.id)
+            version = 1
+        elif old["spec"] != spec or bool(old["enabled"]) != rule.enabled:
+            changed.append(rule.id)
+            version = old["rule_version"] + 1
+        else:
+            unchanged.append(rule.id)
+            rows.append(old)
+            continue
+        rows.append(_row(rule, version, spec, now))
+    for rule_id, old in sorted(by_id.items()):
+        if old["enabled"]:
+            disabled.append(rule_id)
+            rows.append({**old, "enabled": False, "rule_version": old["rule_version"] + 1, "updated_at": now})
+        else:
+            rows.append(old)
+    return Changes(added, changed, disabled, unchanged, rows)
+
+
+def _row(rule: Rule, version: int, spec: str, now: datetime) -> dict:
+    return {
+        "rule_id": rule.id,
+        "rule_version": version,
+        "kind": rule.kind,
+        "enabled": rule.enabled,
+        "rule": rule.text,
+        "spec": spec,
+        "description": rule.description,
+        "updated_at": now,
+    }
+
+
+def current_rows(spark: SparkSession, settings: Settings) -> list[dict]:
+    lake = Tables(spark, settings)
+    if not lake.exists(TABLE):
+        return []
+    return [row.asDict() for row in lake.read(TABLE).select(*COLUMNS).collect()]
+
+
+def apply_rules(spark: SparkSession, settings: Settings, rules: list[Rule]) -> Changes:
+    """Make ``rules`` the rule set in force (one Delta commit, nothing written when nothing changes)."""
+    changes = plan_changes(current_rows(spark, settings), rules)
+    if changes.any or not Tables(spark, settings).exists(TABLE):
+        frame = spark.createDataFrame(changes.rows or [], SCHEMA).select(*COLUMNS)
+        Tables(spark, settings).write(frame, TABLE, mode="overwrite")
+        log.warning("alert_rules: %s", changes)
+    return changes
+
+
+def rules_in_force(spark: SparkSession, settings: Settings) -> list[VersionedRule]:
+    """The enabled rules of ``alert_rules`` with their versions; the table is seeded from ``rules_file`` (empty: the
+    packaged default) if it does not exist yet. Each row is validated again: a hand-edited bad row is an error that
+    names it, not a rule silently skipped."""
+    if not Tables(spark, settings).exists(TABLE):
+        apply_rules(spark, settings, load_rules(settings.rules_file))
+    rows = sorted(current_rows(spark, settings), key=lambda row: row["rule_id"])
+    return [
+        VersionedRule(rule_from_spec(row["rule_id"], row["spec"]), row["rule_version"])
+        for row in rows
+        if row["enabled"]
+    ]
+
+
+def fingerprint(spark: SparkSession, settings: Settings) -> tuple:
+    """What identifies the rule set in force: (rule_id, rule_version) of each row. A running alert query is
+    restarted when it changes (:mod:`sensorcep.pipeline.always_on`)."""
+    return tuple(sorted((row["rule_id"], row["rule_version"]) for row in current_rows(spark, settings)))

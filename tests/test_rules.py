@@ -1,0 +1,111 @@
+"""Alert rules as data, without a JVM: the rule model's validation (one clear error per bad rule) and how a rule set
+becomes ``alert_rules`` rows with versions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import numpy as np
+import pytest
+
+from sensorcep.rules.catalog import plan_changes
+from sensorcep.rules.model import RuleError, load_rules, parse_rules, rule_from_spec, spec_json
+
+NOW = datetime(2026, 11, 25, 12, 0)
+
+
+def rule(**fields) -> dict:
+    return {"id": "low", "kind": "threshold", "field": "sensor_freq", "op": "<", "value": 0, **fields}
+
+
+def test_the_packaged_rule_set_is_the_original_rule_as_one_row():
+    (only,) = load_rules()
+    assert (only.id, only.kind, only.text, only.enabled) == ("negative_frequency", "threshold", "sensor_freq < 0", True)
+
+
+@pytest.mark.parametrize(
+    ("document", "says"),
+    [
+        ({"rules": [rule(id="Low Freq")]}, "rule 1 (Low Freq), id: String should match pattern"),
+        ({"rules": [rule(field="temperature")]}, "field: 'temperature' is not a numeric field of an event"),
+        ({"rules": [rule(op="=<")]}, "op: Input should be '<', '<=', '>', '>=', '==' or '!='"),
+        ({"rules": [rule(value=float("nan"))]}, "value: must be a finite number, not nan"),
+        ({"rules": [rule(value="low")]}, "value: Input should be a valid number"),
+        ({"rules": [rule(scope={"site": "lab", "device_id": "d1"})]}, "give exactly one of device_id, site"),
+        ({"rules": [rule(scope={"site": " "})]}, "scope: site must not be empty"),
+        ({"rules": [rule(scope={"building": "b1"})]}, "scope.building: Extra inputs are not permitted"),
+        ({"rules": [rule(threshhold=3)]}, "rule 1 (low), threshhold: Extra inputs are not permitted"),
+        ({"rules": [rule(), rule(id="ok"), rule(kind="count")]}, "rule 3 (low): kind 'count' is not available yet"),
+        ({"rules": [rule(), rule(value=5)]}, "rules 1 and 2 share the id 'low'"),
+        ({"rules": [rule(), {"id": "x"}]}, "rule 2 (x), kind: Field required"),
+        ({"rules": {"id": "low"}}, "'rules' must be a list of rules, not dict"),
+        (["low"], "expected a mapping with a 'rules' list"),
+    ],
+)
+def test_each_bad_rule_gets_an_error_that_names_it_and_what_is_wrong(document, says):
+    with pytest.raises(RuleError, match="^my.yaml: ") as caught:
+        parse_rules(document, "my.yaml")
+    assert says in str(caught.value)
+
+
+def test_a_file_that_is_missing_or_not_yaml_is_an_error_naming_the_file(tmp_path):
+    with pytest.raises(RuleError, match=r"rules file .*nope.yaml: cannot be read \(No such file"):
+        load_rules(tmp_path / "nope.yaml")
+    junk = tmp_path / "junk.yaml"
+    junk.write_text("rules: [ {id: a, kind: threshold\n")
+    with pytest.raises(RuleError, match=r"rules file .*junk.yaml: not valid YAML"):
+        load_rules(junk)
+
+
+def test_a_rule_survives_its_round_trip_through_an_alert_rules_row():
+    (parsed,) = parse_rules({"rules": [rule(scope={"site": "lab"}, description="cold", value=-1.5)]})
+    again = rule_from_spec(parsed.id, spec_json(parsed), parsed.enabled)
+    assert again == parsed and again.text == "sensor_freq < -1.5 [site=lab]"
+    with pytest.raises(RuleError, match=r"alert_rules: 1 problem\(s\): rule 1 \(low\), op"):
+        rule_from_spec("low", spec_json(parsed).replace('"<"', '"~"'))  # a hand-edited row is checked again
+
+
+def rows_after(*rule_sets):
+    rows = []
+    for rules in rule_sets:
+        changes = plan_changes(rows, parse_rules({"rules": rules}), NOW)
+        rows = changes.rows
+    return changes, {r["rule_id"]: (r["rule_version"], r["enabled"]) for r in rows}
+
+
+def test_versions_rise_only_for_rules_that_change_and_a_dropped_rule_is_disabled_not_deleted():
+    first = [rule(), rule(id="high", op=">", value=100)]
+    changes, versions = rows_after(first)
+    assert (changes.added, versions) == (["low", "high"], {"low": (1, True), "high": (1, True)})
+
+    changes, versions = rows_after(first, first)
+    assert not changes.any and changes.unchanged == ["low", "high"] and str(changes) == "no change"
+
+    changes, versions = rows_after(first, [rule(value=-1), rule(id="high", op=">", value=100)])
+    assert (changes.changed, versions) == (["low"], {"low": (2, True), "high": (1, True)})
+
+    changes, versions = rows_after(first, [rule()])
+    assert (changes.disabled, versions) == (["high"], {"low": (1, True), "high": (2, False)})
+    assert str(changes) == "1 disabled (high)"
+
+    changes, versions = rows_after(first, [rule()], [rule()])
+    assert not changes.any and versions["high"] == (2, False), "a disabled rule stays as it is"
+
+    changes, versions = rows_after(first, [rule()], first)
+    assert changes.changed == ["high"] and versions["high"] == (3, True), "listed again: enabled, next version"
+
+    changes, versions = rows_after(first, [rule(), rule(id="high", op=">", value=100, enabled=False)])
+    assert changes.changed == ["high"] and versions["high"] == (2, False), "enabled: false is a change too"
+
+
+def test_the_python_evaluation_of_a_threshold_matches_its_operator_and_device_scope():
+    freq = np.array([-1.0, 0.0, 1.0, 5.0])
+    devices = np.array(["a", "b", "a", "b"])
+    for op, want in [("<", [1, 0, 0, 0]), ("<=", [1, 1, 0, 0]), (">", [0, 0, 1, 1]), ("==", [0, 1, 0, 0])]:
+        (parsed,) = parse_rules({"rules": [rule(op=op, value=0)]})
+        assert parsed.fires(freq, devices).astype(int).tolist() == want
+    (scoped,) = parse_rules({"rules": [rule(op=">", value=-5, scope={"device_id": "b"})]})
+    assert scoped.fires(freq, devices).tolist() == [False, True, False, True]
+    (by_site,) = parse_rules({"rules": [rule(scope={"site": "lab"})]})
+    with pytest.raises(RuleError, match="a site scope needs the devices table"):
+        by_site.fires(freq, devices)
