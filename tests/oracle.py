@@ -131,3 +131,58 @@ def rule_alerts(events: pd.DataFrame, rules: list[dict], devices: dict[str, dict
             key = f"{device}|{int(event_us)}|{rule['id']}"
             fired.add((hashlib.sha256(key.encode()).hexdigest()[:32], rule["id"]))
     return fired
+
+
+def stateful_rule_alerts(events: pd.DataFrame, rules: list[dict], watermark_ms: int) -> set[tuple]:
+    """(alert_id, rule_id) of the alerts of rate, count and absence rules (as written in YAML, scoped to a device or
+    not), in plain Python, over the events a stateful operator accepted (:func:`accepted_events`) and that the final
+    ``watermark_ms`` has passed, each device's in event-time order."""
+    fired = set()
+
+    def alert(device: str, t_us: int, rule: dict) -> None:
+        fired.add((hashlib.sha256(f"{device}|{int(t_us)}|{rule['id']}".encode()).hexdigest()[:32], rule["id"]))
+
+    final = events[events.event_time_us <= watermark_ms * 1000]
+    for device, group in final.groupby("device_id"):
+        ordered = group.sort_values("event_time_us")
+        times, values = ordered.event_time_us.astype("int64").tolist(), ordered.sensor_freq.tolist()
+        for rule in rules:
+            used: set[int] = set()
+            scope = rule.get("scope") or {}
+            if not rule.get("enabled", True) or scope.get("device_id", device) != device:
+                continue
+            if rule["kind"] == "rate":
+                for i in range(1, len(times)):
+                    change = (values[i] - values[i - 1]) / ((times[i] - times[i - 1]) / 1e6)
+                    if _OPERATORS[rule["op"]](change, rule["value"]):
+                        alert(device, times[i], rule)
+            elif rule["kind"] == "count":
+                within_us = pd.Timedelta(rule["within"]).value // 1000
+                hits = [t for t, v in zip(times, values, strict=True) if _OPERATORS[rule["op"]](v, rule["value"])]
+                for t in hits:
+                    if sum(t - within_us <= other <= t for other in hits) >= rule["at_least"]:
+                        alert(device, t, rule)
+            elif rule["kind"] == "sequence":
+                within_us = pd.Timedelta(rule["within"]).value // 1000
+                first, then = rule["first"], rule["then"]
+                for i, t in enumerate(times):
+                    if not _OPERATORS[then["op"]](values[i], then["value"]):
+                        continue
+                    j = _latest_first(times, values, first, i)  # the one the query remembers
+                    if j is not None and t - times[j] <= within_us and j not in used:
+                        used.add(j)  # used up
+                        alert(device, t, rule)
+            elif rule["kind"] == "absence":
+                within_us = pd.Timedelta(rule["within"]).value // 1000
+                for before, after in zip(times, times[1:], strict=False):
+                    if after - before > within_us:
+                        alert(device, before + within_us, rule)
+                if times and times[-1] + within_us <= watermark_ms * 1000:
+                    alert(device, times[-1] + within_us, rule)
+    return fired
+
+
+def _latest_first(times: list, values: list, first: dict, before: int) -> int | None:
+    """The index of the latest event before ``before`` that met the sequence's ``first`` condition."""
+    found = [j for j in range(before) if _OPERATORS[first["op"]](values[j], first["value"])]
+    return found[-1] if found else None

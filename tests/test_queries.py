@@ -9,11 +9,20 @@ from sensorcep.settings import Settings
 
 def test_every_query_is_declared_once_with_its_task_trigger_setting_and_pool():
     declared = queries.registry()
-    assert list(declared) == ["ingest", "device_activity", "sampling", "alerts", "anomalies", "escalations"]
+    assert list(declared) == [
+        "ingest",
+        "device_activity",
+        "sampling",
+        "stateful_rules",
+        "alerts",
+        "anomalies",
+        "escalations",
+    ]
     assert {name: q.task for name, q in declared.items()} == {
         "ingest": "ingest",
         "device_activity": "sampling_state",
         "sampling": "sampling_state",
+        "stateful_rules": "sampling_state",
         "alerts": "alerts",
         "anomalies": "alert_records",
         "escalations": "alert_records",
@@ -21,6 +30,7 @@ def test_every_query_is_declared_once_with_its_task_trigger_setting_and_pool():
     assert [name for name, q in declared.items() if q.trigger_setting == "alerts_trigger"] == ["alerts"]
     assert {q.pool for q in declared.values()} == {None, "sampling", "alerts"}
     assert all(q.start.__name__.startswith("start_") for q in declared.values())
+    assert [name for name, q in declared.items() if q.reload_when] == ["stateful_rules", "alerts"], "the rule queries"
 
 
 def test_the_always_on_job_and_the_bundle_run_the_registry_tasks():
@@ -42,7 +52,12 @@ def test_adding_a_query_is_one_declaration(monkeypatch):
         return None
 
     assert queries.query("hourly_rollup").start is start_hourly_rollup
-    assert [q.name for q in queries.tasks()["sampling_state"]] == ["device_activity", "hourly_rollup", "sampling"]
+    assert [q.name for q in queries.tasks()["sampling_state"]] == [
+        "device_activity",
+        "hourly_rollup",
+        "sampling",
+        "stateful_rules",
+    ]
     assert "hourly_rollup" in queries.trigger_intervals(Settings())
 
 

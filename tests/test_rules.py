@@ -6,7 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 
 import numpy as np
+import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sensorcep.rules.catalog import plan_changes
 from sensorcep.rules.model import RuleError, load_rules, parse_rules, rule_from_spec, spec_json
@@ -35,9 +38,15 @@ def test_the_packaged_rule_set_is_the_original_rule_as_one_row():
         ({"rules": [rule(scope={"site": " "})]}, "scope: site must not be empty"),
         ({"rules": [rule(scope={"building": "b1"})]}, "scope.building: Extra inputs are not permitted"),
         ({"rules": [rule(threshhold=3)]}, "rule 1 (low), threshhold: Extra inputs are not permitted"),
-        ({"rules": [rule(), rule(id="ok"), rule(kind="count")]}, "rule 3 (low): kind 'count' is not available yet"),
+        ({"rules": [rule(), rule(id="ok"), rule(kind="baseline")]}, "rule 3 (low): kind 'baseline' is not available"),
+        ({"rules": [rule(kind="spike")]}, "rule 1 (low): kind 'spike' is not a rule kind; one of: threshold, rate"),
+        ({"rules": [rule(kind="count", at_least=1, within="1 minute")]}, "at_least: Input should be greater than"),
+        ({"rules": [rule(kind="count", at_least=3, within="soon")]}, "within: cannot read 'soon' as a duration"),
+        ({"rules": [rule(kind="absence", within="0 seconds")]}, "must be longer than 0, not '0 seconds'"),
+        ({"rules": [{**rule(kind="absence", within="5 minutes"), "scope": None}]}, "field: Extra inputs"),
+        ({"rules": ["low"]}, "rule 1: expected a mapping of a rule's fields, not str"),
         ({"rules": [rule(), rule(value=5)]}, "rules 1 and 2 share the id 'low'"),
-        ({"rules": [rule(), {"id": "x"}]}, "rule 2 (x), kind: Field required"),
+        ({"rules": [rule(), {"id": "x"}]}, "rule 2 (x): kind is missing; one of: threshold, rate, count, absence"),
         ({"rules": {"id": "low"}}, "'rules' must be a list of rules, not dict"),
         (["low"], "expected a mapping with a 'rules' list"),
     ],
@@ -109,3 +118,65 @@ def test_the_python_evaluation_of_a_threshold_matches_its_operator_and_device_sc
     (by_site,) = parse_rules({"rules": [rule(scope={"site": "lab"})]})
     with pytest.raises(RuleError, match="a site scope needs the devices table"):
         by_site.fires(freq, devices)
+
+
+def test_the_commented_examples_in_the_packaged_rule_set_are_valid_rules_of_every_kind():
+    from importlib import resources
+
+    import yaml
+
+    text = resources.files("sensorcep.rules").joinpath("alert_rules.yaml").read_text()
+    examples = text.split("ready to copy", 1)[1].split("\n", 1)[1]
+    uncommented = "\n".join(line.replace("  # ", "  ", 1) for line in examples.splitlines())
+    parsed = parse_rules(yaml.safe_load("rules:\n" + uncommented))
+    assert [r.kind for r in parsed] == ["threshold", "rate", "count", "absence", "sequence"]
+    assert [r.text for r in parsed] == [
+        "sensor_freq > 95 [site=lab]",
+        "change of sensor_freq per second > 50",
+        "3+ events with sensor_freq < 1 within 5 minutes",
+        "no event for 10 minutes",
+        "sensor_freq > 95 then sensor_freq < 1 within 2 minutes",
+    ]
+
+
+STATEFUL = [
+    {"id": "jump", "kind": "rate", "field": "sensor_freq", "op": ">", "value": 0.05},
+    {"id": "lows", "kind": "count", "field": "sensor_freq", "op": "<", "value": 1.0, "at_least": 2, "within": "30 s"},
+    {"id": "quiet", "kind": "absence", "within": "40 seconds"},
+    {"id": "up_then_down", "kind": "sequence", "first": {"field": "sensor_freq", "op": ">", "value": 5.0},
+     "then": {"field": "sensor_freq", "op": "<", "value": 1.0}, "within": "60 seconds"},
+]  # fmt: skip
+
+
+@given(
+    rows=st.lists(
+        st.tuples(st.sampled_from(["a", "b"]), st.sampled_from([-1.0, 0.5, 2.0, 7.0]), st.integers(0, 300)),
+        max_size=40,
+        unique_by=lambda r: (r[0], r[2]),
+    ),
+    cuts=st.lists(st.integers(0, 330), max_size=5),
+)
+def test_property_the_stateful_logic_in_any_watermark_steps_equals_the_oracle(rows, cuts):
+    """No JVM: each device's events released in steps (the watermarks of successive micro-batches) through the
+    processor's logic give the plain-Python oracle's alerts, whatever the steps."""
+    from oracle import stateful_rule_alerts
+
+    from sensorcep.pipeline.alerts import alert_id
+    from sensorcep.rules.catalog import VersionedRule
+    from sensorcep.rules.sequential import advance
+
+    rules = [VersionedRule(r, 1) for r in parse_rules({"rules": STATEFUL})]
+    frame = pd.DataFrame(rows, columns=["device_id", "sensor_freq", "s"]).assign(
+        event_time_us=lambda f: f.s.astype("int64") * 1_000_000
+    )
+    final_us = 330 * 1_000_000
+    got = set()
+    for device, group in frame.groupby("device_id"):
+        memory, done = {}, -1
+        for mark_us in [*sorted(c * 1_000_000 for c in cuts), final_us]:
+            step = [(int(t), float(v), None) for t, v in zip(group.event_time_us, group.sensor_freq, strict=True)]
+            step = [e for e in step if done < e[0] <= mark_us]
+            fired, memory = advance(rules, device, memory, step, mark_us)
+            got |= {(alert_id(f.device_id, f.event_time_us, f.rule_id), f.rule_id) for f in fired}
+            done = max(done, mark_us)
+    assert got == stateful_rule_alerts(frame, STATEFUL, final_us // 1000)

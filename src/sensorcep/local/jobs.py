@@ -257,7 +257,7 @@ def run_always_on(
             task_name, values = always_on.parse_arguments([f"--{k}={v}" for k, v in task.parameters.items()])
             settings = Settings.from_mapping(values)
             running = always_on.start_task(spark, task_name, settings)
-            for query, declared in zip(running.queries, running.declared, strict=True):
+            for declared, query in running.started():
                 triggers[query.name] = declared.trigger(settings)
                 settings_of[query.name] = settings
             running_tasks.append(running)
@@ -271,7 +271,10 @@ def run_always_on(
             for running in running_tasks:
                 if running.reloads and time.monotonic() >= next_refresh[id(running)]:
                     for name in running.refresh():
-                        out(f"↻ {name}: alert_rules changed, restarted with the rules in force")
+                        out(f"↻ {name}: alert_rules changed, (re)started with the rules in force")
+                    for declared, query in running.started():
+                        triggers.setdefault(query.name, declared.trigger(running.settings))
+                        settings_of.setdefault(query.name, running.settings)
                     next_refresh[id(running)] = time.monotonic() + parse_duration(running.settings.rules_refresh)
             queries[:] = [q for running in running_tasks for q in running.queries]
             failed = [q for q in queries if not q.isActive and q.exception() is not None]

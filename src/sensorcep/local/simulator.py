@@ -231,7 +231,7 @@ def acknowledgements(
     fired = [
         valid[rule.fires(valid.sensor_freq.to_numpy(), valid.device_id.to_numpy())].assign(rule_id=rule.id)
         for rule in (load_rules() if rules is None else rules)
-        if rule.enabled and (rule.scope is None or rule.scope.column == "device_id")
+        if rule.kind == "threshold" and rule.enabled and (rule.scope is None or rule.scope.column == "device_id")
     ]
     anomalies = pd.concat(fired, ignore_index=True) if fired else valid.iloc[:0].assign(rule_id="")
     chosen = anomalies[rng.random(len(anomalies)) < share]

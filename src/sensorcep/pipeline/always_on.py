@@ -42,39 +42,49 @@ TASKS = queries.TASK_ORDER
 
 @dataclass
 class RunningTask:
-    """The running queries of one always-on task, and what each compiled in when it started (its declaration's
+    """The queries of one always-on task, and what each compiled in when it started (its declaration's
     ``reload_when`` fingerprint: the alert rules). :meth:`refresh` restarts, on its checkpoint, each query whose
-    fingerprint changed since, so a rule change reaches a running job without a restart of the job."""
+    fingerprint changed since, so a rule change reaches a running job without a restart of the job. A query whose
+    start returned None (nothing to do, e.g. no stateful rule in force) holds an empty slot that a refresh fills
+    once it has work."""
 
     spark: SparkSession
     settings: Settings
     declared: list[queries.Query]
-    queries: list[StreamingQuery] = field(default_factory=list)
+    slots: list[StreamingQuery | None] = field(default_factory=list)
     compiled: list[object] = field(default_factory=list)
 
     def start(self) -> RunningTask:
         for declared in self.declared:
             # the fingerprint is taken before the query compiles: a change in between shows at the next refresh
             self.compiled.append(declared.reload_when(self.spark, self.settings) if declared.reload_when else None)
-            self.queries.append(declared.start(self.spark, self.settings, wait=False))
+            self.slots.append(declared.start(self.spark, self.settings, wait=False))
         return self
 
+    @property
+    def queries(self) -> list[StreamingQuery]:
+        """The task's running (or failed) queries."""
+        return [q for q in self.slots if q is not None]
+
+    def started(self) -> list[tuple[queries.Query, StreamingQuery]]:
+        return [(d, q) for d, q in zip(self.declared, self.slots, strict=True) if q is not None]
+
     def refresh(self) -> list[str]:
-        """Restart the queries whose compiled-in inputs changed; their names."""
+        """Restart (or start) the queries whose compiled-in inputs changed; their names."""
         restarted = []
         for index, declared in enumerate(self.declared):
-            if declared.reload_when is None or not self.queries[index].isActive:
+            running = self.slots[index]
+            if declared.reload_when is None or (running is not None and not running.isActive):
                 continue
             now = declared.reload_when(self.spark, self.settings)
             if now == self.compiled[index]:
                 continue
-            log.warning(
-                "query %s: %s changed, restarting it on its checkpoint", declared.name, declared.reload_when.__module__
-            )
-            self.queries[index].stop()
+            log.warning("query %s: what it compiled in changed, restarting it on its checkpoint", declared.name)
+            if running is not None:
+                running.stop()
             self.compiled[index] = now
-            self.queries[index] = declared.start(self.spark, self.settings, wait=False)
-            restarted.append(self.queries[index].name)
+            self.slots[index] = declared.start(self.spark, self.settings, wait=False)
+            restarted.append(self.settings.query_name(declared.name))
         return restarted
 
     @property
@@ -98,7 +108,7 @@ def await_queries(spark: SparkSession, task: RunningTask) -> None:
     """Block while the queries run, refreshing them every ``rules_refresh`` (:meth:`RunningTask.refresh`); raise the
     first failure, so the job run fails and Databricks restarts it."""
     every_s = parse_duration(task.settings.rules_refresh) if task.reloads else None
-    while any(q.isActive for q in task.queries):
+    while any(q.isActive for q in task.queries) or (task.reloads and not task.queries):
         if not spark.streams.awaitAnyTermination(every_s) and every_s is not None:
             task.refresh()
             continue

@@ -1,8 +1,10 @@
 """A backtest before a rule change: what a candidate rule set would have alerted on over ``bronze_events``, against
 what the live rules did alert (``anomalies``), by ``alert_id``.
 
-The candidate runs through the live query's own code (:func:`sensorcep.pipeline.alerts.alert_stream`), in batch,
-over bronze, which holds every valid event once: an alert the candidate fires that ``anomalies`` lacks is *added*,
+The candidate runs through the live queries' own code, in batch, over bronze, which holds every valid event once: its
+threshold rules through :func:`sensorcep.pipeline.alerts.alert_stream`, its stateful rules through the stateful
+query's logic (:func:`sensorcep.pipeline.stateful_rules.rule_alerts_batch`, each device's events in one pass, up to
+the watermark a live run would reach). An alert the candidate fires that ``anomalies`` lacks is *added*,
 one ``anomalies`` holds that the candidate does not fire is *dropped*, one in both is *kept*. An ``alert_id``
 depends on the device, the event time and the rule id (not its version), so a rule whose threshold moved keeps the
 alerts both versions fire.
@@ -20,6 +22,7 @@ from pyspark.sql import functions as F
 from sensorcep.io.lake import Tables
 from sensorcep.pipeline.alerts import alert_stream
 from sensorcep.pipeline.ingest import BronzeMissingError
+from sensorcep.pipeline.stateful_rules import rule_alerts_batch
 from sensorcep.rules import catalog, evaluate
 from sensorcep.rules.model import Rule
 from sensorcep.settings import Settings
@@ -79,8 +82,13 @@ def backtest(
     events = _window(lake.read("bronze_events"), start, end).select(
         "device_id", "sensor_freq", "event_time", "kafka_timestamp"
     )
-    fired = alert_stream(events, candidate, evaluate.scope_devices(spark, settings, candidate))
-    fired = fired.select(*ALERT_COLUMNS).dropDuplicates(["alert_id"])
+    scoped = evaluate.scope_devices(spark, settings, candidate)
+    stateless = [r for r in candidate if r.rule.stateless]
+    stateful = [r for r in candidate if not r.rule.stateless]
+    fired = alert_stream(events, stateless, scoped).select(*ALERT_COLUMNS)
+    if stateful:  # the stateful rules query's own logic, over each device's events at once
+        fired = fired.unionByName(rule_alerts_batch(events, settings, stateful, scoped).select(*ALERT_COLUMNS))
+    fired = fired.dropDuplicates(["alert_id"])
     if lake.exists("anomalies"):
         live = _window(lake.read("anomalies"), start, end).select(*ALERT_COLUMNS).dropDuplicates(["alert_id"])
     else:

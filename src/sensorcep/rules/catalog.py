@@ -128,8 +128,7 @@ def rules_in_force(spark: SparkSession, settings: Settings) -> list[VersionedRul
     """The enabled rules of ``alert_rules`` with their versions; the table is seeded from ``rules_file`` (empty: the
     packaged default) if it does not exist yet. Each row is validated again: a hand-edited bad row is an error that
     names it, not a rule silently skipped."""
-    if not Tables(spark, settings).exists(TABLE):
-        apply_rules(spark, settings, load_rules(settings.rules_file))
+    ensure_seeded(spark, settings)
     rows = sorted(current_rows(spark, settings), key=lambda row: row["rule_id"])
     return [
         VersionedRule(rule_from_spec(row["rule_id"], row["spec"]), row["rule_version"])
@@ -138,7 +137,24 @@ def rules_in_force(spark: SparkSession, settings: Settings) -> list[VersionedRul
     ]
 
 
+def ensure_seeded(spark: SparkSession, settings: Settings) -> None:
+    """Create ``alert_rules`` from ``rules_file`` (empty: the packaged rule set) if it does not exist yet. Two
+    queries that start at once may both try: the one whose commit loses finds the table the other created."""
+    lake = Tables(spark, settings)
+    if lake.exists(TABLE):
+        return
+    rules = load_rules(settings.rules_file)  # a bad file is an error here, whoever else seeds
+    try:
+        apply_rules(spark, settings, rules)
+    except Exception:  # a concurrent first write (Delta's ConcurrentWriteException and kin): fine if the table is there
+        if not lake.exists(TABLE):
+            raise
+        log.warning("alert_rules: another query seeded it at the same moment; using its rules")
+
+
 def fingerprint(spark: SparkSession, settings: Settings) -> tuple:
-    """What identifies the rule set in force: (rule_id, rule_version) of each row. A running alert query is
-    restarted when it changes (:mod:`sensorcep.pipeline.always_on`)."""
+    """What identifies the rule set in force: (rule_id, rule_version) of each row (the table seeded first, so a
+    query's fingerprint before it starts is the one it compiles). A running rule query is restarted when it changes
+    (:mod:`sensorcep.pipeline.always_on`)."""
+    ensure_seeded(spark, settings)
     return tuple(sorted((row["rule_id"], row["rule_version"]) for row in current_rows(spark, settings)))

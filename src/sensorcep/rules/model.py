@@ -5,22 +5,24 @@ field). :func:`parse_rules` turns it into :class:`Rule` objects or raises one :c
 bad rule and what is wrong with it. Pure Python (pydantic), no Spark: ``make unit`` tests it in milliseconds.
 
 pydantic (rather than hand-written checks) because it gives typed, frozen models with forbidden unknown keys (a
-typo such as ``threshhold:`` is an error, not a silently ignored key), room for a tagged union on ``kind`` for the
-rule kinds still to come, and per-field error locations that :class:`RuleError` turns into one sentence each.
+typo such as ``threshhold:`` is an error, not a silently ignored key), a tagged union on ``kind`` for the rule
+kinds, and per-field error locations that :class:`RuleError` turns into one sentence each.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import operator
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sensorcep.errors import SensorCepError
+from sensorcep.settings import parse_duration
 
 #: an event's numeric fields a threshold may compare (the parsed event of 01's rules)
 NUMERIC_FIELDS = ("sensor_freq",)
@@ -29,9 +31,13 @@ OPERATORS = ("<", "<=", ">", ">=", "==", "!=")
 #: the ways to scope a rule to some devices (site and sensor_type are columns of the ``devices`` table)
 SCOPES = ("device_id", "site", "sensor_type")
 #: rule kinds the design has room for, refused until their stateful query lands
-PLANNED_KINDS = ("rate", "count", "absence", "sequence", "baseline")
+PLANNED_KINDS = ("baseline",)
 #: the packaged rule set: what ``alert_rules`` is seeded with unless ``rules_file`` names another
 DEFAULT_RULES = "alert_rules.yaml"
+
+
+_OPERATOR = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
+_OPERATOR["!="] = operator.ne
 
 
 class RuleError(SensorCepError, ValueError):
@@ -67,17 +73,28 @@ class Scope(_Strict):
         return getattr(self, self.column)
 
 
-class ThresholdRule(_Strict):
-    """An event whose ``field`` compares with ``value`` by ``op`` fires (stateless: real-time mode)."""
+class _Rule(_Strict):
+    """What every rule has: an id, a scope, a description, an enabled flag."""
 
     id: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")
-    kind: Literal["threshold"]
-    field: str
-    op: Literal["<", "<=", ">", ">=", "==", "!="]
-    value: float
     scope: Scope | None = None
     description: str = ""
     enabled: bool = True
+
+    #: stateless rules run in the real-time alert query; the others in the stateful rules query (micro-batches)
+    stateless: ClassVar[bool] = False
+
+    @property
+    def where(self) -> str:
+        return f" [{self.scope.column}={self.scope.value}]" if self.scope else ""
+
+
+class _Comparison(_Rule):
+    """A rule that compares a numeric field of an event (or its rate of change) with a value."""
+
+    field: str
+    op: Literal["<", "<=", ">", ">=", "==", "!="]
+    value: float
 
     @field_validator("field")
     @classmethod
@@ -94,15 +111,14 @@ class ThresholdRule(_Strict):
         return value
 
     @property
-    def text(self) -> str:
-        """The rule in one line, as alerts and reports show it: ``sensor_freq < 0 [site=lab]``."""
-        where = f" [{self.scope.column}={self.scope.value}]" if self.scope else ""
-        return f"{self.field} {self.op} {self.value:g}{where}"
+    def condition(self) -> str:
+        return f"{self.field} {self.op} {self.value:g}"
 
     def fires(self, field_values, device_ids):
-        """Which of the events (numpy/pandas arrays of the rule's field and device ids) fire this rule, for a rule
-        without a site or sensor_type scope (those need the devices table): the simulator acks its own alerts
-        with it. The pipeline evaluates rules in Spark (:mod:`sensorcep.rules.evaluate`)."""
+        """Which of the events (numpy/pandas arrays of the rule's field and device ids) meet the comparison, for a
+        rule without a site or sensor_type scope (those need the devices table): the simulator acks its own alerts
+        with it, the stateful rules' processor tests events with it. Threshold rules run in Spark
+        (:mod:`sensorcep.rules.evaluate`)."""
         if self.scope is not None and self.scope.column != "device_id":
             raise RuleError(f"rule {self.id}: a {self.scope.column} scope needs the devices table; use Spark")
         compare = {"<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__", "==": "__eq__", "!=": "__ne__"}
@@ -110,8 +126,113 @@ class ThresholdRule(_Strict):
         return hit & (device_ids == self.scope.value) if self.scope is not None else hit
 
 
-#: a rule of any kind this version evaluates (a tagged union on ``kind`` once the stateful kinds land)
-Rule = ThresholdRule
+def _positive_duration(text: str) -> str:
+    try:
+        seconds = parse_duration(text, "within")
+    except ValueError as error:
+        raise ValueError(str(error).removeprefix("within: ")) from None
+    if seconds <= 0:
+        raise ValueError(f"must be longer than 0, not {text!r}")
+    return text
+
+
+def _microseconds(duration: str) -> int:
+    return int(parse_duration(duration) * 1_000_000)
+
+
+class ThresholdRule(_Comparison):
+    """An event whose ``field`` compares with ``value`` by ``op`` fires (stateless: real-time mode)."""
+
+    kind: Literal["threshold"]
+    stateless: ClassVar[bool] = True
+
+    @property
+    def text(self) -> str:
+        """The rule in one line, as alerts and reports show it: ``sensor_freq < 0 [site=lab]``."""
+        return f"{self.condition}{self.where}"
+
+
+class RateRule(_Comparison):
+    """An event fires when the change of ``field`` per second of event time since the device's previous event
+    compares with ``value`` by ``op`` (e.g. ``op: ">", value: 50``: a jump of more than 50 per second)."""
+
+    kind: Literal["rate"]
+
+    @property
+    def text(self) -> str:
+        return f"change of {self.field} per second {self.op} {self.value:g}{self.where}"
+
+
+class CountRule(_Comparison):
+    """An event fires when it is the ``at_least``-th or later event of its device meeting the comparison within
+    ``within`` of event time (the window ending at the event, both ends included)."""
+
+    kind: Literal["count"]
+    at_least: int = Field(ge=2)
+    within: str
+
+    _within = field_validator("within")(_positive_duration)
+    within_us = property(lambda self: _microseconds(self.within))
+
+    @property
+    def text(self) -> str:
+        return f"{self.at_least}+ events with {self.condition} within {self.within}{self.where}"
+
+
+class Condition(_Strict):
+    """A test of one event: ``field op value``."""
+
+    field: str
+    op: Literal["<", "<=", ">", ">=", "==", "!="]
+    value: float
+
+    _field = field_validator("field")(_Comparison._numeric_field.__func__)
+    _value = field_validator("value")(_Comparison._finite.__func__)
+
+    @property
+    def text(self) -> str:
+        return f"{self.field} {self.op} {self.value:g}"
+
+    def holds(self, value: float) -> bool:
+        return _OPERATOR[self.op](value, self.value)
+
+
+class SequenceRule(_Rule):
+    """An event meeting ``then`` fires when an earlier event of its device met ``first`` at most ``within`` of event
+    time before it; that ``first`` event is then used up (first, then, then: one alert)."""
+
+    kind: Literal["sequence"]
+    first: Condition
+    then: Condition
+    within: str
+
+    _within = field_validator("within")(_positive_duration)
+    within_us = property(lambda self: _microseconds(self.within))
+
+    @property
+    def text(self) -> str:
+        return f"{self.first.text} then {self.then.text} within {self.within}{self.where}"
+
+
+class AbsenceRule(_Rule):
+    """No event from a device for ``within`` of event time after its last one fires once, at last event + within
+    (a device never seen is not absent: it has no last event)."""
+
+    kind: Literal["absence"]
+    within: str
+
+    _within = field_validator("within")(_positive_duration)
+    within_us = property(lambda self: _microseconds(self.within))
+
+    @property
+    def text(self) -> str:
+        return f"no event for {self.within}{self.where}"
+
+
+#: a rule of any kind this version evaluates, told apart by ``kind``
+Rule = Annotated[ThresholdRule | RateRule | CountRule | AbsenceRule | SequenceRule, Field(discriminator="kind")]
+#: the kinds, by name
+KINDS = ("threshold", "rate", "count", "absence", "sequence")
 
 
 class RuleSet(_Strict):
@@ -125,12 +246,12 @@ def _where(location: tuple, rules: list) -> str:
     index = location[1]
     given = rules[index] if index < len(rules) else None
     name = given.get("id") if isinstance(given, dict) else None
-    rest = [str(part) for part in location[2:] if part != "threshold"]
+    rest = [str(part) for part in location[2:] if part not in KINDS]
     label = f"rule {index + 1}" + (f" ({name})" if name else "")
     return f"{label}, {'.'.join(rest)}" if rest else label
 
 
-def parse_rules(document: object, source: str = "rules") -> list[ThresholdRule]:
+def parse_rules(document: object, source: str = "rules") -> list[Rule]:
     """A loaded YAML document -> its rules, validated; :class:`RuleError` names every bad rule of ``source``."""
     if not isinstance(document, dict) or "rules" not in document:
         raise RuleError(f"{source}: expected a mapping with a 'rules' list (see the packaged {DEFAULT_RULES})")
@@ -139,12 +260,20 @@ def parse_rules(document: object, source: str = "rules") -> list[ThresholdRule]:
         raise RuleError(f"{source}: 'rules' must be a list of rules, not {type(given).__name__}")
     problems = []
     for index, rule in enumerate(given):
-        kind = rule.get("kind") if isinstance(rule, dict) else None
-        if kind in PLANNED_KINDS:
-            label = f"rule {index + 1}" + (f" ({rule.get('id')})" if rule.get("id") else "")
+        if not isinstance(rule, dict):
+            problems.append(f"rule {index + 1}: expected a mapping of a rule's fields, not {type(rule).__name__}")
+            continue
+        kind = rule.get("kind")
+        label = f"rule {index + 1}" + (f" ({rule.get('id')})" if rule.get("id") else "")
+        if kind is None or (kind not in KINDS and kind not in PLANNED_KINDS):
             problems.append(
-                f"{label}: kind {kind!r} is not available yet; this version evaluates threshold rules "
-                f"(the stateful kinds {', '.join(PLANNED_KINDS)} are planned)"
+                f"{label}: kind {'is missing' if kind is None else f'{kind!r} is not a rule kind'}; "
+                f"one of: {', '.join(KINDS)}"
+            )
+        elif kind in PLANNED_KINDS:
+            problems.append(
+                f"{label}: kind {kind!r} is not available yet; this version evaluates {', '.join(KINDS)} "
+                f"({', '.join(PLANNED_KINDS)} are planned)"
             )
     if problems:
         raise RuleError(f"{source}: " + "; ".join(problems))
@@ -161,7 +290,7 @@ def parse_rules(document: object, source: str = "rules") -> list[ThresholdRule]:
     return parsed.rules
 
 
-def load_rules(path: str | Path | None = None) -> list[ThresholdRule]:
+def load_rules(path: str | Path | None = None) -> list[Rule]:
     """The rules of a YAML file (None or empty: the packaged default)."""
     if not path:
         text = resources.files("sensorcep.rules").joinpath(DEFAULT_RULES).read_text()
@@ -177,11 +306,11 @@ def load_rules(path: str | Path | None = None) -> list[ThresholdRule]:
     return parse_rules(document, str(path))
 
 
-def spec_json(rule: ThresholdRule) -> str:
+def spec_json(rule: Rule) -> str:
     """The rule's definition as stored in ``alert_rules.spec`` (sorted keys: equal rules, equal text)."""
     return json.dumps(rule.model_dump(mode="json", exclude={"id", "enabled"}, exclude_none=True), sort_keys=True)
 
 
-def rule_from_spec(rule_id: str, spec: str, enabled: bool = True) -> ThresholdRule:
+def rule_from_spec(rule_id: str, spec: str, enabled: bool = True) -> Rule:
     """An ``alert_rules`` row's rule, validated again (a hand-edited row gets the same errors as a file)."""
     return parse_rules({"rules": [{"id": rule_id, "enabled": enabled, **json.loads(spec)}]}, "alert_rules")[0]

@@ -1,0 +1,215 @@
+"""The stateful alert rules (rate, count, absence, sequence): bronze events -> alerts on the alerts topic.
+
+``bronze_events`` (a Delta stream: each event once) behind the watermark, keyed by device, into
+``transformWithStateInPandas`` in event time. Per device the processor holds the events the watermark has not passed
+yet (``pending``) and each rule's small memory (:mod:`sensorcep.rules.sequential`). A timer at the oldest pending
+event (and at the next absence deadline) releases, once the watermark passes it, every event at or before the
+watermark in event-time order, so the alerts are the same whatever the batches and the arrival order were; events too
+late for the watermark are kept in ``late_events`` (:mod:`sensorcep.pipeline.lateness`). State per device is bounded:
+the events within ``watermark_delay`` of the newest, and per rule one previous event, ``at_least`` times or two times.
+
+Alerts go to the alerts topic in the real-time query's record format (with the rule id and version), so
+``anomalies`` and escalations take them like any other alert; their ``alert_id`` is derived the same way. The
+query starts only when rules of these kinds are in force; the always-on job starts or restarts it when they change.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
+
+from sensorcep.io.kafka import write_kafka
+from sensorcep.pipeline import lateness, queries
+from sensorcep.pipeline.alerts import alert_id_column, kafka_columns
+from sensorcep.pipeline.ingest import bronze_event_stream
+from sensorcep.pipeline.streaming import launch
+from sensorcep.rules import catalog, evaluate, sequential
+from sensorcep.rules.catalog import VersionedRule
+from sensorcep.runtime import TRANSFORM_WITH_STATE, require
+from sensorcep.settings import Settings
+
+QUERY = "stateful_rules"
+OUTPUT_SCHEMA = (
+    "device_id string, sensor_freq double, event_time_us long, kafka_timestamp_us long, "
+    "rule_id string, rule_version int, rule string"
+)
+OUTPUT_COLUMNS = [part.split()[0] for part in OUTPUT_SCHEMA.split(", ")]
+STATE_SCHEMA = "pending string, memory string"
+
+
+class RuleMachine(StatefulProcessor):
+    """Keyed by device: ``state`` = (pending events as JSON [[t_us, value, kafka_us], ...], memory as JSON)."""
+
+    def __init__(self, rules: list[VersionedRule], scoped: dict[tuple, list[str]]):
+        self.rules, self.scoped = rules, scoped
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.state = handle.getValueState("state", STATE_SCHEMA)
+        self._passes: set[tuple] = set()
+
+    def _load(self) -> tuple[list, dict]:
+        held = self.state.get() if self.state.exists() else None
+        return (json.loads(held[0]), json.loads(held[1])) if held else ([], {})
+
+    def _save(self, pending: list, memory: dict) -> None:
+        if pending or memory:
+            self.state.update((json.dumps(pending), json.dumps(memory)))
+        else:
+            self.state.clear()
+        deadlines = [min(e[0] for e in pending)] if pending else []
+        absence = sequential.next_deadline_us(self.rules, memory)
+        if absence is not None:
+            deadlines.append(absence)
+        if deadlines:
+            timer_ms = -(-min(deadlines) // 1000)  # the first watermark (ms) at or after the deadline (µs)
+            if timer_ms not in set(self.handle.listTimers()):
+                self.handle.registerTimer(timer_ms)
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+        device = key[0]
+        if not any(sequential.applies(r, device, self.scoped) for r in self.rules):
+            return iter([])
+        pending, memory = self._load()
+        for frame in rows:
+            pending += [
+                [int(t), float(v), None if pd.isna(k) else int(k)]
+                for t, v, k in zip(frame.event_time_us, frame.sensor_freq, frame.kafka_timestamp_us, strict=True)
+            ]
+        self._save(pending, memory)
+        return iter([])
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
+        # every timer of a key up to the watermark expires in one batch; the first one releases all that is final
+        watermark_ms = timerValues.getCurrentWatermarkInMs()
+        this_pass = (tuple(key), timerValues.getCurrentProcessingTimeInMs(), watermark_ms)
+        if this_pass in self._passes:
+            return
+        self._passes.add(this_pass)
+        pending, memory = self._load()
+        watermark_us = watermark_ms * 1000
+        final = [e for e in pending if e[0] <= watermark_us]
+        fired, memory = sequential.advance(self.rules, key[0], memory, final, watermark_us, self.scoped)
+        self._save([e for e in pending if e[0] > watermark_us], memory)
+        if fired:
+            yield pd.DataFrame([f.__dict__ for f in fired])[OUTPUT_COLUMNS]
+
+    def close(self) -> None:
+        pass
+
+
+def stateful_rules(spark: SparkSession, settings: Settings) -> list[VersionedRule]:
+    """The rules in force that need state (every kind but threshold)."""
+    return [r for r in catalog.rules_in_force(spark, settings) if not r.rule.stateless]
+
+
+def rule_alert_stream(
+    events: DataFrame, settings: Settings, rules: list[VersionedRule], scoped: dict, *, keep_late: bool = False
+) -> DataFrame:
+    """Valid events (device_id, sensor_freq, event_time, kafka_timestamp) -> alerts (the alert fields)."""
+    require(TRANSFORM_WITH_STATE, events.sparkSession)
+    timed = events.withWatermark("event_time", settings.interval("watermark_delay"))
+    # Spark's Python transformWithState passes rows behind the watermark on (numRowsDroppedByWatermark stays 0), so
+    # the late rows are dropped by the deduplication in front of it, which applies Spark's late-row filter (bronze holds
+    # each (device, event time) once: it drops nothing else, and its state lives only as long as the watermark delay)
+    fired = (
+        timed.dropDuplicates(["device_id", "event_time"])
+        .select(
+            "device_id",
+            "sensor_freq",
+            F.unix_micros("event_time").alias("event_time_us"),
+            F.unix_micros("kafka_timestamp").alias("kafka_timestamp_us"),
+        )
+        .groupBy("device_id")
+        .transformWithStateInPandas(
+            statefulProcessor=RuleMachine(rules, scoped),
+            outputStructType=OUTPUT_SCHEMA,
+            outputMode="Append",
+            timeMode="EventTime",
+        )
+    )
+    alerts = as_alerts(fired)
+    return lateness.with_input(alerts, timed) if keep_late else alerts
+
+
+def rule_alerts_batch(events: DataFrame, settings: Settings, rules: list[VersionedRule], scoped: dict) -> DataFrame:
+    """The same rules over a batch of events (a backtest): each device's events through the processor's own logic
+    (:func:`sequential.advance`) in one pass, with the watermark a live run would reach at the end of them (the
+    newest event time - ``watermark_delay``). Returns the alert fields, like :func:`rule_alert_stream`."""
+    newest = events.agg(F.max("event_time")).first()[0]
+    if not rules or newest is None:
+        return as_alerts(events.sparkSession.createDataFrame([], OUTPUT_SCHEMA))
+    watermark_us = int(pd.Timestamp(newest).value // 1000) - settings.watermark_seconds * 1_000_000
+
+    def judge(frame: pd.DataFrame) -> pd.DataFrame:
+        device = frame.device_id.iloc[0]
+        kafka = frame.kafka_timestamp_us.astype("Int64")
+        final = [
+            (int(t), float(v), None if pd.isna(k) else int(k))
+            for t, v, k in zip(frame.event_time_us, frame.sensor_freq, kafka, strict=True)
+            if t <= watermark_us
+        ]
+        fired, _ = sequential.advance(rules, device, {}, final, watermark_us, scoped)
+        return pd.DataFrame([f.__dict__ for f in fired], columns=OUTPUT_COLUMNS)
+
+    fired = (
+        events.select(
+            "device_id",
+            "sensor_freq",
+            F.unix_micros("event_time").alias("event_time_us"),
+            F.unix_micros("kafka_timestamp").alias("kafka_timestamp_us"),
+        )
+        .groupBy("device_id")
+        .applyInPandas(judge, OUTPUT_SCHEMA)
+    )
+    return as_alerts(fired)
+
+
+def as_alerts(fired: DataFrame) -> DataFrame:
+    """The processor's rows (:data:`OUTPUT_SCHEMA`) -> the alert fields, with the ``alert_id`` of each."""
+    timed = fired.select(
+        "device_id",
+        "sensor_freq",
+        F.timestamp_micros("event_time_us").alias("event_time"),
+        F.timestamp_micros("kafka_timestamp_us").alias("kafka_timestamp"),
+        "rule_id",
+        "rule_version",
+        "rule",
+    )
+    return timed.select(alert_id_column().alias("alert_id"), *timed.columns)
+
+
+def send_alerts(settings: Settings):
+    """foreachBatch: a batch's alerts to the alerts topic (at least once: the ids are stable, consumers dedupe)."""
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        write_kafka(batch.select(*kafka_columns()), settings, settings.alerts_topic)
+
+    return write
+
+
+@queries.declare(
+    QUERY,
+    task="sampling_state",
+    writes="alerts topic, late_events",
+    pool="sampling",
+    reads_bronze=True,
+    reload_when=catalog.fingerprint,
+)
+def start_stateful_rules(
+    spark: SparkSession, settings: Settings, *, wait: bool = True, events: DataFrame | None = None
+):
+    """Run (availableNow) or start the stateful rules query; None when no rule of a stateful kind is in force."""
+    rules = stateful_rules(spark, settings)
+    if not rules:
+        return None
+    scoped = evaluate.scope_devices(spark, settings, rules)
+    events = events if events is not None else bronze_event_stream(spark, settings)
+    writer = lateness.late_event_writer(settings, QUERY, send_alerts(settings))
+    stream = rule_alert_stream(events, settings, rules, scoped, keep_late=True)
+    return launch(stream, settings, QUERY, wait=wait, foreach_batch=writer)

@@ -1,0 +1,176 @@
+"""The stateful rule kinds (rate, count, absence) in transformWithStateInPandas, in event time: their alerts equal a
+plain-Python oracle whatever the micro-batches, the arrival order and the late events; the live query reads bronze
+and sends its alerts to the alerts topic with the rule id and version; events too late are kept in late_events."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from oracle import accepted_events, late_events, stateful_rule_alerts, watermarks
+from pyspark.sql import functions as F
+from streams import T0, T0_US, batch_stream, events, late_rows, topic_records, write_batches
+
+from sensorcep.local import simulator
+from sensorcep.local.broker import create_topics
+from sensorcep.pipeline import alerts, ingest, stateful_rules
+from sensorcep.pipeline.backtest import backtest
+from sensorcep.pipeline.streaming import start_query
+from sensorcep.rules import catalog
+from sensorcep.rules.catalog import VersionedRule
+from sensorcep.rules.model import parse_rules
+
+pytestmark = pytest.mark.integration
+
+RULES = [
+    {"id": "jump", "kind": "rate", "field": "sensor_freq", "op": ">", "value": 2.0},
+    {"id": "drop_d2", "kind": "rate", "field": "sensor_freq", "op": "<=", "value": -1.0, "scope": {"device_id": "d2"}},
+    {"id": "three_low", "kind": "count", "field": "sensor_freq", "op": "<", "value": 1.0, "at_least": 3,
+     "within": "40 seconds"},
+    {"id": "silent", "kind": "absence", "within": "45 seconds"},
+    {"id": "up_down", "kind": "sequence", "first": {"field": "sensor_freq", "op": ">", "value": 4.0},
+     "then": {"field": "sensor_freq", "op": "<=", "value": 1.0}, "within": "10 seconds"},
+]  # fmt: skip
+
+
+def versioned(rules: list[dict]) -> list[VersionedRule]:
+    return [VersionedRule(r, 1) for r in parse_rules({"rules": rules}) if r.enabled]
+
+
+def run_batches(spark, settings, folder, batches, rules) -> set[tuple]:
+    """The processor over controlled micro-batches (one file each), availableNow: (alert_id, rule_id) it emits."""
+    write_batches(folder, batches)
+    stream = batch_stream(spark, folder).withColumn("kafka_timestamp", F.col("event_time"))
+    got: list = []
+    query = start_query(
+        stateful_rules.rule_alert_stream(stream, settings, versioned(rules), {}),
+        settings,
+        "stateful_rules",
+        foreach_batch=lambda batch, _: got.extend(batch.collect()),
+        trigger="availableNow",
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    assert all(r.rule_version == 1 and r.rule for r in got)
+    return {(r.alert_id, r.rule_id) for r in got}
+
+
+def expected(batches, rules, settings) -> set[tuple]:
+    delay_ms = settings.watermark_seconds * 1000
+    return stateful_rule_alerts(accepted_events(batches, delay_ms), rules, watermarks(batches, delay_ms)[-1])
+
+
+def test_fixed_batches_through_the_live_writer_fire_what_the_oracle_fires_and_keep_late_events(
+    spark, settings, tmp_path
+):
+    create_topics(settings.kafka_bootstrap_servers, [settings.alerts_topic])
+    batches = [
+        events(("d1", 0.0, 0), ("d1", 0.5, 10), ("d2", 5.0, 5), ("d1", 0.2, 20)),  # d1: three low within 40 s
+        events(("d1", 30.0, 25), ("d2", 1.0, 8), ("d3", 0.0, 60)),  # d1 jumps (+29.8 in 5 s); d2 drops 4 in 3 s
+        events(("d3", 0.1, 200)),  # d3 silent 60 -> 200 s
+        events(("d2", 0.0, 300), ("d1", 0.0, 15)),  # d1 at 15 s: too late (the late-row filter's watermark: 30 s)
+    ]
+    write_batches(tmp_path / "in", batches)
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump({"rules": RULES}))
+    settings = settings.replace(rules_file=str(path))
+    stream = batch_stream(spark, tmp_path / "in").withColumn("kafka_timestamp", F.col("event_time"))
+    stateful_rules.start_stateful_rules(spark, settings, events=stream)
+
+    sent = [json.loads(v) for _, _, _, v in topic_records(settings.kafka_bootstrap_servers, settings.alerts_topic)]
+    want = expected(batches, RULES, settings)
+    assert {(a["alert_id"], a["rule_id"]) for a in sent} == want
+    assert {rule for _, rule in want} == {"jump", "drop_d2", "three_low", "silent", "up_down"}, "every kind fired"
+    assert late_rows(settings, "stateful_rules") == late_events(batches, settings.watermark_seconds * 1000)
+    assert [(d, t) for d, _, t, _ in late_rows(settings, "stateful_rules")] == [("d1", T0_US + 15_000_000)]
+
+
+@st.composite
+def fleets(draw):
+    """Micro-batches of events from three devices, out of order, some late, with rules of every stateful kind."""
+    n_batches = draw(st.integers(1, 4))
+    batches = []
+    for _ in range(n_batches):
+        rows = draw(
+            st.lists(
+                st.tuples(st.sampled_from(["d1", "d2", "d3"]), st.sampled_from([-2.0, 0.0, 0.5, 3.0, 9.0]),
+                          st.integers(0, 240)),
+                min_size=1,
+                max_size=12,
+                unique_by=lambda r: (r[0], r[2]),
+            )
+        )  # fmt: skip
+        batches.append(events(*rows))
+    seen, unique = set(), []
+    for batch in batches:  # bronze holds each (device, event time) once
+        keep = [(d, t) not in seen for d, t in zip(batch.device_id, batch.event_time_us, strict=True)]
+        seen.update(zip(batch.device_id, batch.event_time_us, strict=True))
+        unique.append(batch[keep].reset_index(drop=True))
+    rules = draw(
+        st.lists(
+            st.one_of(
+                st.builds(lambda op, v: {"kind": "rate", "field": "sensor_freq", "op": op, "value": v},
+                          st.sampled_from([">", "<", ">=", "<="]), st.sampled_from([-0.1, 0.0, 0.1])),
+                st.builds(lambda n, w, v: {"kind": "count", "field": "sensor_freq", "op": "<", "value": v,
+                                           "at_least": n, "within": f"{w} seconds"},
+                          st.integers(2, 3), st.sampled_from([10, 30, 90]), st.sampled_from([0.1, 1.0, 5.0])),
+                st.builds(lambda w: {"kind": "absence", "within": f"{w} seconds"}, st.sampled_from([5, 20, 60])),
+                st.builds(lambda a, b, w: {"kind": "sequence", "first": {"field": "sensor_freq", "op": ">", "value": a},
+                                           "then": {"field": "sensor_freq", "op": "<", "value": b},
+                                           "within": f"{w} seconds"},
+                          st.sampled_from([0.0, 2.0]), st.sampled_from([0.1, 1.0]), st.sampled_from([10, 60])),
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )  # fmt: skip
+    return unique, [{**r, "id": f"r{i}"} for i, r in enumerate(rules)]
+
+
+def test_property_any_batches_and_rules_fire_what_the_oracle_fires(spark, settings, tmp_path):
+    runs = iter(range(1000))
+
+    @hypothesis_settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(fleet=fleets())
+    def check(fleet):
+        batches, rules = fleet
+        run = next(runs)
+        own = settings.replace(base_path=str(tmp_path / f"run{run}"), schema=f"{settings.schema}_{run}")
+        assert run_batches(spark, own, tmp_path / f"in{run}", batches, rules) == expected(batches, rules, own)
+
+    check()
+
+
+def test_the_live_query_reads_bronze_and_its_alerts_reach_the_topic_and_anomalies(spark, settings, tmp_path):
+    create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic])
+    assert stateful_rules.start_stateful_rules(spark, settings) is None, "no stateful rule in force: no query"
+
+    rules = [*RULES, {"id": "negative_frequency", "kind": "threshold", "field": "sensor_freq", "op": "<", "value": 0}]
+    catalog.apply_rules(spark, settings, parse_rules({"rules": rules}))  # the packaged rule, plus the stateful ones
+    settings = settings.replace(alerts_trigger="availableNow")
+    sim = simulator.generate(simulator.SimulationConfig(events=1_500, devices=6, seed=11, start=T0, rate=10))
+    simulator.produce(sim, settings.kafka_bootstrap_servers, settings.events_topic)
+    ingest.start_ingest(spark, settings)
+    assert stateful_rules.start_stateful_rules(spark, settings) is not None
+    alerts.start_anomalies(spark, settings)
+
+    sent = [json.loads(v) for _, _, _, v in topic_records(settings.kafka_bootstrap_servers, settings.alerts_topic)]
+    bronze = ingest.Tables(spark, settings).read("bronze_events").toPandas()
+    frame = bronze.assign(event_time_us=bronze.event_time.astype("int64") // 1000)
+    final_ms = int(frame.event_time_us.max()) // 1000 - settings.watermark_seconds * 1000
+    want = stateful_rule_alerts(frame, RULES, final_ms)
+    assert {(a["alert_id"], a["rule_id"]) for a in sent} == want and len(want) > 20
+    assert {a["rule_version"] for a in sent} == {1} and all(a["rule"] for a in sent)
+    anomalies = ingest.Tables(spark, settings).read("anomalies").toPandas()
+    assert set(anomalies.alert_id) == {a for a, _ in want}, "anomalies records the stateful rules' alerts too"
+    assert late_rows(settings, "stateful_rules") == [], "bronze in one batch: nothing late"
+    by_rule = backtest(spark, settings, parse_rules({"rules": rules})).by_rule.set_index("rule_id")
+    stateful = by_rule[by_rule.index.isin([r["id"] for r in RULES])]  # drop_d2 watches a device not in this fleet
+    assert (stateful.added == 0).all() and (stateful.dropped == 0).all(), "the backtest equals the live run"
+    assert stateful.kept.sum() == len(want)
+    assert pd.notna(anomalies[anomalies.rule_id == "silent"].kafka_timestamp).sum() == 0, "an absence has no record"
