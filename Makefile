@@ -66,6 +66,7 @@ bench: jars broker-up
 	$(PY) benchmarks/ingest.py
 	$(PY) benchmarks/sampling.py
 	$(PY) benchmarks/alert_latency.py
+	$(PY) benchmarks/stateful_rules.py
 	$(PY) benchmarks/state_tuning.py
 	$(PY) benchmarks/soak.py
 
