@@ -172,6 +172,11 @@ def stateful_rule_alerts(events: pd.DataFrame, rules: list[dict], watermark_ms: 
                     if j is not None and t - times[j] <= within_us and j not in used:
                         used.add(j)  # used up
                         alert(device, t, rule)
+            elif rule["kind"] == "baseline":
+                for i, (t, x) in enumerate(zip(times, values, strict=True)):
+                    mean, spread = ew_baseline(values[:i], rule["span"])
+                    if i >= rule.get("min_events", 20) and spread > 0 and abs(x - mean) > rule["k"] * spread:
+                        alert(device, t, rule)
             elif rule["kind"] == "absence":
                 within_us = pd.Timedelta(rule["within"]).value // 1000
                 for before, after in zip(times, times[1:], strict=False):
@@ -186,3 +191,12 @@ def _latest_first(times: list, values: list, first: dict, before: int) -> int | 
     """The index of the latest event before ``before`` that met the sequence's ``first`` condition."""
     found = [j for j in range(before) if _OPERATORS[first["op"]](values[j], first["value"])]
     return found[-1] if found else None
+
+
+def ew_baseline(values: list[float], span: int) -> tuple[float, float]:
+    """Exponentially weighted mean and (biased) standard deviation of ``values``, alpha = 2 / (span + 1), by pandas
+    (``ewm(adjust=False)``): an implementation independent of the rules' own recursion."""
+    if not values:
+        return 0.0, 0.0
+    weighted = pd.Series(values, dtype="float64").ewm(alpha=2.0 / (span + 1), adjust=False)
+    return float(weighted.mean().iloc[-1]), float(weighted.std(bias=True).iloc[-1])

@@ -38,7 +38,9 @@ def test_the_packaged_rule_set_is_the_original_rule_as_one_row():
         ({"rules": [rule(scope={"site": " "})]}, "scope: site must not be empty"),
         ({"rules": [rule(scope={"building": "b1"})]}, "scope.building: Extra inputs are not permitted"),
         ({"rules": [rule(threshhold=3)]}, "rule 1 (low), threshhold: Extra inputs are not permitted"),
-        ({"rules": [rule(), rule(id="ok"), rule(kind="baseline")]}, "rule 3 (low): kind 'baseline' is not available"),
+        ({"rules": [rule(), rule(id="ok"), rule(kind="pattern")]}, "rule 3 (low): kind 'pattern' is not a rule kind"),
+        ({"rules": [rule(kind="baseline", k=0, span=10)]}, "k: Input should be greater than 0"),
+        ({"rules": [rule(kind="baseline", k=3)]}, "span: Field required"),
         ({"rules": [rule(kind="spike")]}, "rule 1 (low): kind 'spike' is not a rule kind; one of: threshold, rate"),
         ({"rules": [rule(kind="count", at_least=1, within="1 minute")]}, "at_least: Input should be greater than"),
         ({"rules": [rule(kind="count", at_least=3, within="soon")]}, "within: cannot read 'soon' as a duration"),
@@ -129,13 +131,14 @@ def test_the_commented_examples_in_the_packaged_rule_set_are_valid_rules_of_ever
     examples = text.split("ready to copy", 1)[1].split("\n", 1)[1]
     uncommented = "\n".join(line.replace("  # ", "  ", 1) for line in examples.splitlines())
     parsed = parse_rules(yaml.safe_load("rules:\n" + uncommented))
-    assert [r.kind for r in parsed] == ["threshold", "rate", "count", "absence", "sequence"]
+    assert [r.kind for r in parsed] == ["threshold", "rate", "count", "absence", "sequence", "baseline"]
     assert [r.text for r in parsed] == [
         "sensor_freq > 95 [site=lab]",
         "change of sensor_freq per second > 50",
         "3+ events with sensor_freq < 1 within 5 minutes",
         "no event for 10 minutes",
         "sensor_freq > 95 then sensor_freq < 1 within 2 minutes",
+        "sensor_freq more than 4 spreads from the device's baseline (span 50)",
     ]
 
 
@@ -143,6 +146,7 @@ STATEFUL = [
     {"id": "jump", "kind": "rate", "field": "sensor_freq", "op": ">", "value": 0.05},
     {"id": "lows", "kind": "count", "field": "sensor_freq", "op": "<", "value": 1.0, "at_least": 2, "within": "30 s"},
     {"id": "quiet", "kind": "absence", "within": "40 seconds"},
+    {"id": "odd", "kind": "baseline", "field": "sensor_freq", "k": 1.5, "span": 5, "min_events": 3},
     {"id": "up_then_down", "kind": "sequence", "first": {"field": "sensor_freq", "op": ">", "value": 5.0},
      "then": {"field": "sensor_freq", "op": "<", "value": 1.0}, "within": "60 seconds"},
 ]  # fmt: skip

@@ -12,10 +12,11 @@ import yaml
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from oracle import accepted_events, late_events, stateful_rule_alerts, watermarks
+from oracle import accepted_events, ew_baseline, late_events, stateful_rule_alerts, watermarks
 from pyspark.sql import functions as F
 from streams import T0, T0_US, batch_stream, events, late_rows, topic_records, write_batches
 
+from sensorcep.io.lake import Tables
 from sensorcep.local import simulator
 from sensorcep.local.broker import create_topics
 from sensorcep.pipeline import alerts, ingest, stateful_rules
@@ -35,6 +36,7 @@ RULES = [
     {"id": "silent", "kind": "absence", "within": "45 seconds"},
     {"id": "up_down", "kind": "sequence", "first": {"field": "sensor_freq", "op": ">", "value": 4.0},
      "then": {"field": "sensor_freq", "op": "<=", "value": 1.0}, "within": "10 seconds"},
+    {"id": "odd", "kind": "baseline", "field": "sensor_freq", "k": 1.0, "span": 3, "min_events": 2},
 ]  # fmt: skip
 
 
@@ -85,9 +87,21 @@ def test_fixed_batches_through_the_live_writer_fire_what_the_oracle_fires_and_ke
     sent = [json.loads(v) for _, _, _, v in topic_records(settings.kafka_bootstrap_servers, settings.alerts_topic)]
     want = expected(batches, RULES, settings)
     assert {(a["alert_id"], a["rule_id"]) for a in sent} == want
-    assert {rule for _, rule in want} == {"jump", "drop_d2", "three_low", "silent", "up_down"}, "every kind fired"
+    assert {rule for _, rule in want} == {"jump", "drop_d2", "three_low", "silent", "up_down", "odd"}, "all kinds"
     assert late_rows(settings, "stateful_rules") == late_events(batches, settings.watermark_seconds * 1000)
     assert [(d, t) for d, _, t, _ in late_rows(settings, "stateful_rules")] == [("d1", T0_US + 15_000_000)]
+
+    baselines = Tables(spark, settings).read("device_baselines").toPandas()
+    latest = baselines.sort_values("as_of").groupby("device_id").last()
+    delay_ms = settings.watermark_seconds * 1000
+    accepted = accepted_events(batches, delay_ms)
+    final = accepted[accepted.event_time_us <= watermarks(batches, delay_ms)[-1] * 1000]
+    for device, group in final.groupby("device_id"):
+        mean, spread = ew_baseline(group.sort_values("event_time_us").sensor_freq.tolist(), span=3)
+        row = latest.loc[device]
+        assert (row.events, row.rule_id) == (len(group), "odd")
+        assert row["mean"] == pytest.approx(mean) and row.spread == pytest.approx(spread)
+    assert not baselines.duplicated(["device_id", "batch_id"]).any(), "one row per device and batch that moved it"
 
 
 @st.composite
@@ -120,6 +134,8 @@ def fleets(draw):
                                            "at_least": n, "within": f"{w} seconds"},
                           st.integers(2, 3), st.sampled_from([10, 30, 90]), st.sampled_from([0.1, 1.0, 5.0])),
                 st.builds(lambda w: {"kind": "absence", "within": f"{w} seconds"}, st.sampled_from([5, 20, 60])),
+                st.builds(lambda k, n: {"kind": "baseline", "field": "sensor_freq", "k": k, "span": 4, "min_events": n},
+                          st.sampled_from([0.5, 1.5]), st.integers(2, 4)),
                 st.builds(lambda a, b, w: {"kind": "sequence", "first": {"field": "sensor_freq", "op": ">", "value": a},
                                            "then": {"field": "sensor_freq", "op": "<", "value": b},
                                            "within": f"{w} seconds"},

@@ -34,6 +34,7 @@ TABLES = (
     "anomalies",
     "alert_escalations",
     "alert_rules",
+    "device_baselines",
     "tuning_results",
     "stream_progress",
 )

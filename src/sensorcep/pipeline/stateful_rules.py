@@ -1,4 +1,4 @@
-"""The stateful alert rules (rate, count, absence, sequence): bronze events -> alerts on the alerts topic.
+"""The stateful alert rules (rate, count, absence, sequence, baseline): bronze -> alerts topic.
 
 ``bronze_events`` (a Delta stream: each event once) behind the watermark, keyed by device, into
 ``transformWithStateInPandas`` in event time. Per device the processor holds the events the watermark has not passed
@@ -6,11 +6,12 @@ yet (``pending``) and each rule's small memory (:mod:`sensorcep.rules.sequential
 event (and at the next absence deadline) releases, once the watermark passes it, every event at or before the
 watermark in event-time order, so the alerts are the same whatever the batches and the arrival order were; events too
 late for the watermark are kept in ``late_events`` (:mod:`sensorcep.pipeline.lateness`). State per device is bounded:
-the events within ``watermark_delay`` of the newest, and per rule one previous event, ``at_least`` times or two times.
+the events within ``watermark_delay`` of the newest, and per rule a few numbers (:mod:`sensorcep.rules.sequential`).
 
 Alerts go to the alerts topic in the real-time query's record format (with the rule id and version), so
 ``anomalies`` and escalations take them like any other alert; their ``alert_id`` is derived the same way. The
 query starts only when rules of these kinds are in force; the always-on job starts or restarts it when they change.
+Baseline rules also append each device's baseline, as each batch leaves it, to ``device_baselines``.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from sensorcep.io.kafka import write_kafka
+from sensorcep.io.lake import Tables
 from sensorcep.pipeline import lateness, queries
 from sensorcep.pipeline.alerts import alert_id_column, kafka_columns
 from sensorcep.pipeline.ingest import bronze_event_stream
-from sensorcep.pipeline.streaming import launch
+from sensorcep.pipeline.streaming import launch, writer_id
 from sensorcep.rules import catalog, evaluate, sequential
 from sensorcep.rules.catalog import VersionedRule
 from sensorcep.runtime import TRANSFORM_WITH_STATE, require
@@ -36,8 +38,11 @@ from sensorcep.settings import Settings
 QUERY = "stateful_rules"
 OUTPUT_SCHEMA = (
     "device_id string, sensor_freq double, event_time_us long, kafka_timestamp_us long, "
-    "rule_id string, rule_version int, rule string"
-)
+    "rule_id string, rule_version int, rule string, "
+    "row_kind string, events long, mean double, spread double"
+)  # row_kind: alert, or baseline (a device's baseline after the batch: events, mean, spread, as of event_time_us)
+#: the columns of ``device_baselines``: one row per (device, baseline rule) per micro-batch that moved it
+BASELINE_COLUMNS = ["device_id", "rule_id", "rule_version", "events", "mean", "spread", "as_of", "batch_id"]
 OUTPUT_COLUMNS = [part.split()[0] for part in OUTPUT_SCHEMA.split(", ")]
 STATE_SCHEMA = "pending string, memory string"
 
@@ -96,8 +101,15 @@ class RuleMachine(StatefulProcessor):
         final = [e for e in pending if e[0] <= watermark_us]
         fired, memory = sequential.advance(self.rules, key[0], memory, final, watermark_us, self.scoped)
         self._save([e for e in pending if e[0] > watermark_us], memory)
-        if fired:
-            yield pd.DataFrame([f.__dict__ for f in fired])[OUTPUT_COLUMNS]
+        rows = [{**f.__dict__, "row_kind": "alert"} for f in fired]
+        if final:  # the baselines these events moved
+            rows += [
+                {"device_id": key[0], "event_time_us": as_of, "rule_id": r.id, "rule_version": r.version,
+                 "rule": r.rule.text, "row_kind": "baseline", "events": n, "mean": mean, "spread": spread}
+                for r, n, mean, spread, as_of in sequential.baselines(self.rules, memory)
+            ]  # fmt: skip
+        if rows:
+            yield pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
 
     def close(self) -> None:
         pass
@@ -109,9 +121,17 @@ def stateful_rules(spark: SparkSession, settings: Settings) -> list[VersionedRul
 
 
 def rule_alert_stream(
-    events: DataFrame, settings: Settings, rules: list[VersionedRule], scoped: dict, *, keep_late: bool = False
+    events: DataFrame,
+    settings: Settings,
+    rules: list[VersionedRule],
+    scoped: dict,
+    *,
+    keep_late: bool = False,
+    baselines: bool = False,
 ) -> DataFrame:
-    """Valid events (device_id, sensor_freq, event_time, kafka_timestamp) -> alerts (the alert fields)."""
+    """Valid events (device_id, sensor_freq, event_time, kafka_timestamp) -> alerts (the alert fields).
+
+    ``baselines``: also the baseline rows (``row_kind`` says which; the alert fields plus events, mean, spread)."""
     require(TRANSFORM_WITH_STATE, events.sparkSession)
     timed = events.withWatermark("event_time", settings.interval("watermark_delay"))
     # Spark's Python transformWithState passes rows behind the watermark on (numRowsDroppedByWatermark stays 0), so
@@ -133,7 +153,7 @@ def rule_alert_stream(
             timeMode="EventTime",
         )
     )
-    alerts = as_alerts(fired)
+    alerts = as_alerts(fired, extra=["row_kind", "events", "mean", "spread"]) if baselines else as_alerts(fired)
     return lateness.with_input(alerts, timed) if keep_late else alerts
 
 
@@ -155,7 +175,7 @@ def rule_alerts_batch(events: DataFrame, settings: Settings, rules: list[Version
             if t <= watermark_us
         ]
         fired, _ = sequential.advance(rules, device, {}, final, watermark_us, scoped)
-        return pd.DataFrame([f.__dict__ for f in fired], columns=OUTPUT_COLUMNS)
+        return pd.DataFrame([{**f.__dict__, "row_kind": "alert"} for f in fired], columns=OUTPUT_COLUMNS)
 
     fired = (
         events.select(
@@ -170,8 +190,11 @@ def rule_alerts_batch(events: DataFrame, settings: Settings, rules: list[Version
     return as_alerts(fired)
 
 
-def as_alerts(fired: DataFrame) -> DataFrame:
-    """The processor's rows (:data:`OUTPUT_SCHEMA`) -> the alert fields, with the ``alert_id`` of each."""
+def as_alerts(fired: DataFrame, extra: list[str] | None = None) -> DataFrame:
+    """The processor's alert rows (:data:`OUTPUT_SCHEMA`) -> the alert fields, with the ``alert_id`` of each; with
+    ``extra`` columns, every row (baselines too) and those columns."""
+    if extra is None:
+        fired = fired.where(F.col("row_kind") == "alert")
     timed = fired.select(
         "device_id",
         "sensor_freq",
@@ -180,15 +203,31 @@ def as_alerts(fired: DataFrame) -> DataFrame:
         "rule_id",
         "rule_version",
         "rule",
+        *(extra or []),
     )
     return timed.select(alert_id_column().alias("alert_id"), *timed.columns)
 
 
-def send_alerts(settings: Settings):
-    """foreachBatch: a batch's alerts to the alerts topic (at least once: the ids are stable, consumers dedupe)."""
+def send_alerts(settings: Settings, rules: list[VersionedRule]):
+    """foreachBatch: a batch's alerts to the alerts topic (at least once: the ids are stable, consumers dedupe), and
+    the baselines it moved to ``device_baselines`` (exactly once per batch)."""
 
     def write(batch: DataFrame, batch_id: int) -> None:
-        write_kafka(batch.select(*kafka_columns()), settings, settings.alerts_topic)
+        write_kafka(batch.where(F.col("row_kind") == "alert").select(*kafka_columns()), settings, settings.alerts_topic)
+        moved = batch.where(F.col("row_kind") == "baseline").select(
+            "device_id",
+            "rule_id",
+            "rule_version",
+            "events",
+            "mean",
+            "spread",
+            F.col("event_time").alias("as_of"),
+            F.lit(batch_id).cast("long").alias("batch_id"),
+        )
+        if any(r.rule.kind == "baseline" for r in rules):
+            Tables(batch.sparkSession, settings).append_batch(
+                moved, "device_baselines", writer_id(settings, QUERY, "baselines"), batch_id
+            )
 
     return write
 
@@ -210,6 +249,6 @@ def start_stateful_rules(
         return None
     scoped = evaluate.scope_devices(spark, settings, rules)
     events = events if events is not None else bronze_event_stream(spark, settings)
-    writer = lateness.late_event_writer(settings, QUERY, send_alerts(settings))
-    stream = rule_alert_stream(events, settings, rules, scoped, keep_late=True)
+    writer = lateness.late_event_writer(settings, QUERY, send_alerts(settings, rules))
+    stream = rule_alert_stream(events, settings, rules, scoped, keep_late=True, baselines=True)
     return launch(stream, settings, QUERY, wait=wait, foreach_batch=writer)

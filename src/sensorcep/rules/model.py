@@ -31,7 +31,6 @@ OPERATORS = ("<", "<=", ">", ">=", "==", "!=")
 #: the ways to scope a rule to some devices (site and sensor_type are columns of the ``devices`` table)
 SCOPES = ("device_id", "site", "sensor_type")
 #: rule kinds the design has room for, refused until their stateful query lands
-PLANNED_KINDS = ("baseline",)
 #: the packaged rule set: what ``alert_rules`` is seeded with unless ``rules_file`` names another
 DEFAULT_RULES = "alert_rules.yaml"
 
@@ -214,6 +213,30 @@ class SequenceRule(_Rule):
         return f"{self.first.text} then {self.then.text} within {self.within}{self.where}"
 
 
+class BaselineRule(_Rule):
+    """An event fires when ``field`` is more than ``k`` spreads from its device's baseline: an exponentially weighted
+    mean and standard deviation over about the last ``span`` events (alpha = 2 / (span + 1)), kept per device in
+    state and written to ``device_baselines``. No verdict before the device has ``min_events`` events. Every event,
+    an outlier too, then moves the baseline."""
+
+    kind: Literal["baseline"]
+    field: str
+    k: float = Field(gt=0)
+    span: int = Field(ge=2)
+    min_events: int = Field(default=20, ge=2)
+
+    _field = field_validator("field")(_Comparison._numeric_field.__func__)
+    _k = field_validator("k")(_Comparison._finite.__func__)
+
+    @property
+    def alpha(self) -> float:
+        return 2.0 / (self.span + 1)
+
+    @property
+    def text(self) -> str:
+        return f"{self.field} more than {self.k:g} spreads from the device's baseline (span {self.span}){self.where}"
+
+
 class AbsenceRule(_Rule):
     """No event from a device for ``within`` of event time after its last one fires once, at last event + within
     (a device never seen is not absent: it has no last event)."""
@@ -230,9 +253,11 @@ class AbsenceRule(_Rule):
 
 
 #: a rule of any kind this version evaluates, told apart by ``kind``
-Rule = Annotated[ThresholdRule | RateRule | CountRule | AbsenceRule | SequenceRule, Field(discriminator="kind")]
+Rule = Annotated[
+    ThresholdRule | RateRule | CountRule | AbsenceRule | SequenceRule | BaselineRule, Field(discriminator="kind")
+]
 #: the kinds, by name
-KINDS = ("threshold", "rate", "count", "absence", "sequence")
+KINDS = ("threshold", "rate", "count", "absence", "sequence", "baseline")
 
 
 class RuleSet(_Strict):
@@ -265,15 +290,10 @@ def parse_rules(document: object, source: str = "rules") -> list[Rule]:
             continue
         kind = rule.get("kind")
         label = f"rule {index + 1}" + (f" ({rule.get('id')})" if rule.get("id") else "")
-        if kind is None or (kind not in KINDS and kind not in PLANNED_KINDS):
+        if kind is None or kind not in KINDS:
             problems.append(
                 f"{label}: kind {'is missing' if kind is None else f'{kind!r} is not a rule kind'}; "
                 f"one of: {', '.join(KINDS)}"
-            )
-        elif kind in PLANNED_KINDS:
-            problems.append(
-                f"{label}: kind {kind!r} is not available yet; this version evaluates {', '.join(KINDS)} "
-                f"({', '.join(PLANNED_KINDS)} are planned)"
             )
     if problems:
         raise RuleError(f"{source}: " + "; ".join(problems))

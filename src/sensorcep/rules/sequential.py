@@ -1,4 +1,4 @@
-"""The stateful rule kinds (rate, count, absence, sequence) over one device's events in event-time order.
+"""The stateful rule kinds (rate, count, absence, sequence, baseline) over one device's events in event-time order.
 
 Plain Python, no Spark.
 
@@ -10,7 +10,8 @@ the alerts they fire and the new memory. The memory is a small JSON-able dict pe
 * ``rate``: the device's previous event (time, value);
 * ``count``: the times of the matching events still within ``within`` of the newest;
 * ``absence``: the last event's time, and for which last event the absence alert was already sent;
-* ``sequence``: the time of the latest event that met ``first`` and has not been used up.
+* ``sequence``: the time of the latest event that met ``first`` and has not been used up;
+* ``baseline``: events seen, exponentially weighted mean and variance, the last event's time.
 
 Each rule's memory is kept under ``<rule id>:<version>``: a changed rule starts afresh, and the memory of a rule no
 longer in force is dropped. Because events are released only when the watermark passes them, the result does not
@@ -19,6 +20,7 @@ depend on how the events were cut into micro-batches, nor on their arrival order
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -95,6 +97,17 @@ def advance(
                     alert(r, t_us, value, kafka_us)
                     first_at = None  # used up
                 memory[key] = t_us if rule.first.holds(value) else first_at
+            elif rule.kind == "baseline":
+                n, mean, var, _ = memory.get(key, [0, 0.0, 0.0, None])
+                if n >= rule.min_events and var > 0 and abs(value - mean) > rule.k * math.sqrt(var):
+                    alert(r, t_us, value, kafka_us)
+                if n == 0:
+                    mean, var = value, 0.0
+                else:
+                    diff = value - mean
+                    mean += rule.alpha * diff
+                    var = (1 - rule.alpha) * (var + diff * rule.alpha * diff)
+                memory[key] = [n + 1, mean, var, t_us]
             elif rule.kind == "absence":
                 last, sent_for = memory.get(key, [None, None])
                 if last is not None and t_us - last > rule.within_us and sent_for != last:
@@ -107,6 +120,16 @@ def advance(
                 alert(r, last + r.rule.within_us, None, None)
                 memory[_key(r)] = [last, last]
     return fired, memory
+
+
+def baselines(rules: list[VersionedRule], memory: dict) -> list[tuple[VersionedRule, int, float, float, int]]:
+    """The device's baseline per baseline rule: (rule, events, mean, spread, last event's time in µs)."""
+    found = []
+    for r in rules:
+        if r.rule.kind == "baseline" and _key(r) in memory:
+            n, mean, var, as_of = memory[_key(r)]
+            found.append((r, n, mean, math.sqrt(var), as_of))
+    return found
 
 
 def next_deadline_us(rules: list[VersionedRule], memory: dict) -> int | None:
