@@ -10,7 +10,7 @@ from pathlib import Path
 import sensorcep
 
 PACKAGE = Path(sensorcep.__file__).parent
-CLUSTER_PACKAGES = ("pipeline", "io")
+CLUSTER_PACKAGES = ("pipeline", "io", "rules")
 
 
 def imported_modules(path: Path) -> set[str]:

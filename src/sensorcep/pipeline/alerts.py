@@ -89,7 +89,9 @@ def alert_stream(events: DataFrame, rules: list[VersionedRule], devices: dict | 
 def compiled_alerts(spark: SparkSession, settings: Settings, events: DataFrame) -> DataFrame:
     """:func:`alert_stream` with the rules in force now (``alert_rules``, seeded on first use)."""
     rules = [r for r in catalog.rules_in_force(spark, settings) if r.rule.stateless]
-    log.warning("alert rules in force: %s", ", ".join(f"{r.id} v{r.version} ({r.rule.text})" for r in rules) or "none")
+    named = ", ".join(f"{r.id} v{r.version} ({r.rule.text})" for r in rules[:5]) or "none"
+    more = f" and {len(rules) - 5} more" if len(rules) > 5 else ""
+    log.warning("%d alert rule(s) in force: %s%s", len(rules), named, more)
     return alert_stream(events, rules, evaluate.scope_devices(spark, settings, rules))
 
 

@@ -59,11 +59,15 @@ class Changes:
         return bool(self.added or self.changed or self.disabled)
 
     def __str__(self) -> str:
-        parts = [f"{len(ids)} {what} ({', '.join(ids)})" for what, ids in self._groups() if ids]
+        parts = [f"{len(ids)} {what} ({_first(ids)})" for what, ids in self._groups() if ids]
         return "; ".join(parts) if parts else "no change"
 
     def _groups(self):
         return (("added", self.added), ("changed", self.changed), ("disabled", self.disabled))
+
+
+def _first(ids: list[str], shown: int = 8) -> str:
+    return ", ".join(ids[:shown]) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
 def plan_changes(current: list[dict], rules: list[Rule], now: datetime | None = None) -> Changes:
