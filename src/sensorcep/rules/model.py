@@ -35,8 +35,9 @@ SCOPES = ("device_id", "site", "sensor_type")
 DEFAULT_RULES = "alert_rules.yaml"
 
 
-_OPERATOR = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
-_OPERATOR["!="] = operator.ne
+#: a rule's ``op`` as a Python comparison (the stateful kinds' logic and :class:`Condition`)
+OPERATOR = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
+OPERATOR["!="] = operator.ne
 
 
 class RuleError(SensorCepError, ValueError):
@@ -116,8 +117,8 @@ class _Comparison(_Rule):
     def fires(self, field_values, device_ids):
         """Which of the events (numpy/pandas arrays of the rule's field and device ids) meet the comparison, for a
         rule without a site or sensor_type scope (those need the devices table): the simulator acks its own alerts
-        with it, the stateful rules' processor tests events with it. Threshold rules run in Spark
-        (:mod:`sensorcep.rules.evaluate`)."""
+        with it. The pipeline evaluates threshold rules in Spark (:mod:`sensorcep.rules.evaluate`) and the stateful
+        kinds in :mod:`sensorcep.rules.sequential`."""
         if self.scope is not None and self.scope.column != "device_id":
             raise RuleError(f"rule {self.id}: a {self.scope.column} scope needs the devices table; use Spark")
         compare = {"<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__", "==": "__eq__", "!=": "__ne__"}
@@ -193,7 +194,7 @@ class Condition(_Strict):
         return f"{self.field} {self.op} {self.value:g}"
 
     def holds(self, value: float) -> bool:
-        return _OPERATOR[self.op](value, self.value)
+        return OPERATOR[self.op](value, self.value)
 
 
 class SequenceRule(_Rule):

@@ -21,14 +21,11 @@ depend on how the events were cut into micro-batches, nor on their arrival order
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sensorcep.rules.catalog import VersionedRule
-
-_COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
-_COMPARE["!="] = operator.ne
+from sensorcep.rules.model import OPERATOR
 
 
 @dataclass(frozen=True)
@@ -82,11 +79,11 @@ def advance(
                 previous = memory.get(key)
                 if previous is not None and t_us > previous[0]:
                     change = (value - previous[1]) / ((t_us - previous[0]) / 1e6)
-                    if _COMPARE[rule.op](change, rule.value):
+                    if OPERATOR[rule.op](change, rule.value):
                         alert(r, t_us, value, kafka_us)
                 memory[key] = [t_us, value]
             elif rule.kind == "count":
-                if _COMPARE[rule.op](value, rule.value):
+                if OPERATOR[rule.op](value, rule.value):
                     recent = [t for t in memory.get(key, []) if t >= t_us - rule.within_us] + [t_us]
                     if len(recent) >= rule.at_least:
                         alert(r, t_us, value, kafka_us)
