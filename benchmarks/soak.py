@@ -43,7 +43,7 @@ from sensorcep.runtime import get_spark  # noqa: E402
 from sensorcep.settings import env_settings, parse_duration  # noqa: E402
 
 #: the declared queries (the registry) but escalations, which needs an acks stream this soak does not produce
-STARTERS = {name: q for name, q in registry.registry().items() if name != "escalations"}
+STARTERS = {name: q for name, q in registry.registry().items() if name != "alert_lifecycle"}
 
 
 class CpuMeter:

@@ -15,15 +15,15 @@ import sys
 
 def run_pipeline(spark, settings) -> None:
     """01 ingest -> bronze; 02 sampling and device activity from bronze; 03 alerts -> Kafka -> anomalies, and
-    escalations; every query's progress into ``stream_progress`` (availableNow, to the end of every source)."""
+    the alert lifecycle; every query's progress into ``stream_progress`` (availableNow, to the end of every source)."""
     from sensorcep.observability import monitoring
-    from sensorcep.pipeline import alerts, device_activity, ingest, sampling
+    from sensorcep.pipeline import alert_lifecycle, alerts, device_activity, ingest, sampling
 
     ingest.start_ingest(spark, settings)
     sampling.start_sampling(spark, settings)
     device_activity.start_device_activity(spark, settings)
     alerts.run_alert_path(spark, settings)
-    alerts.start_escalations(spark, settings)
+    alert_lifecycle.start_alert_lifecycle(spark, settings)
     monitoring.stop_progress_listener(spark)  # flushed; and a Connect client with a listener cannot exit
 
 

@@ -509,7 +509,9 @@ def verify(settings: Settings, acknowledged: dict) -> dict[str, int]:
     dropped = progress[pd.to_numeric(progress.rows_dropped_by_watermark).fillna(0) > 0]
     first_late = late.groupby("query").batch_id.min().to_dict() if len(late) else {}
     held = set(zip(late["query"], late.batch_id, strict=True)) if len(late) else set()
-    at_least_once = {settings.query_name("escalations")}  # its input, the alerts topic, repeats alerts: held earlier
+    at_least_once = {
+        settings.query_name("alert_lifecycle")
+    }  # its input, the alerts topic, repeats alerts: held earlier
     unheld = [
         (q, b)
         for q, b in zip(dropped.query_name, dropped.batch_id, strict=True)

@@ -200,3 +200,48 @@ def ew_baseline(values: list[float], span: int) -> tuple[float, float]:
         return 0.0, 0.0
     weighted = pd.Series(values, dtype="float64").ewm(alpha=2.0 / (span + 1), adjust=False)
     return float(weighted.mean().iloc[-1]), float(weighted.std(bias=True).iloc[-1])
+
+
+def lifecycle_steps(inputs: list[tuple], watermark_s: int, latch: bool, suppress_s: int, escalate_s: int) -> list:
+    """The alert lifecycle of one (rule, device), by a clock: second by second up to the watermark, first the inputs
+    of that second (alerts, then acks, each by id), then what the clock says is due (the end of a snooze, an
+    escalation, a quiet close, in that order). ``inputs``: (second, kind, alert_id, action, until_s) with kind alert or
+    ack. Returns (incident_id, transition, second, cause_id, state after, alerts) tuples, in order."""
+    steps, incident = [], None
+    by_second: dict[int, list] = {}
+    for item in inputs:
+        by_second.setdefault(item[0], []).append(item)
+    first = min(by_second, default=watermark_s)
+    for second in range(min(first, watermark_s), watermark_s + 1):
+        for _, kind, alert_id, action, until_s in sorted(
+            by_second.get(second, []), key=lambda i: (i[1] != "alert", i[2], i[3] or "", i[4] or 0)
+        ):
+            if kind == "alert" and incident is None:
+                incident = {"id": alert_id, "opened": second, "last": second, "n": 1, "state": "open",
+                            "until": None, "escalated": False}  # fmt: skip
+                steps.append((alert_id, "opened", second, alert_id, "open", 1))
+            elif kind == "alert":
+                incident["n"] += 1
+                incident["last"] = max(incident["last"], second)
+                steps.append((incident["id"], "repeated", second, alert_id, incident["state"], incident["n"]))
+            elif incident is None:
+                steps.append((None, "ignored", second, alert_id, "closed", 0))
+            elif action == "snooze" and until_s <= second:
+                steps.append((incident["id"], "ignored", second, alert_id, incident["state"], incident["n"]))
+            elif action == "snooze":
+                incident.update(state="snoozed", until=until_s)
+                steps.append((incident["id"], "snoozed", second, alert_id, "snoozed", incident["n"]))
+            else:
+                steps.append((incident["id"], "acked", second, alert_id, "closed", incident["n"]))
+                incident = None
+        if incident and incident["state"] == "snoozed" and incident["until"] <= second:
+            incident.update(state="open", until=None)
+            steps.append((incident["id"], "unsnoozed", second, None, "open", incident["n"]))
+        if incident and incident["state"] == "open" and not incident["escalated"]:
+            if incident["opened"] + escalate_s <= second:
+                incident["escalated"] = True
+                steps.append((incident["id"], "escalated", second, None, "open", incident["n"]))
+        if incident and not latch and incident["last"] + suppress_s <= second:
+            steps.append((incident["id"], "resolved", second, None, "closed", incident["n"]))
+            incident = None
+    return steps

@@ -176,7 +176,7 @@ def drained(settings):
             return False
         alerts_end = {settings.alerts_topic: topic_end_offsets(settings.kafka_bootstrap_servers, settings.alerts_topic)}
         return all(
-            caught_up(by_name[name], alerts_end) and idle(by_name[name]) for name in ("anomalies", "escalations")
+            caught_up(by_name[name], alerts_end) and idle(by_name[name]) for name in ("anomalies", "alert_lifecycle")
         )
 
     return done

@@ -1,4 +1,5 @@
-"""03 anomaly alerts: content and alert_id, crash + restart, escalation semantics, FAIR pools side by side."""
+"""03 anomaly alerts: content and alert_id, crash + restart, FAIR pools side by side (the lifecycle after an alert:
+test_alert_lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -153,40 +154,6 @@ def _produce_json(bootstrap: str, topic: str, values: list[dict], sent_at: dict[
         }
     )
     simulator.produce_records(records, bootstrap, topic)
-
-
-def test_escalation_only_for_alerts_not_acked_within_the_bound(spark, settings):
-    create_topics(settings.kafka_bootstrap_servers, [settings.alerts_topic, settings.acks_topic])
-    acked, never, acked_late, fresh = (
-        _alert_record("a", 0),
-        _alert_record("b", 10),
-        _alert_record("c", 20),
-        _alert_record("d", 2_000),
-    )
-    resent = [never]  # the alert query re-sends an alert after a restart (at least once)
-    _produce_json(settings.kafka_bootstrap_servers, settings.alerts_topic, [acked, never, acked_late, fresh, *resent])
-    ack_time = lambda s: (T0 + pd.Timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # noqa: E731
-    _produce_json(
-        settings.kafka_bootstrap_servers,
-        settings.acks_topic,
-        [
-            {"alert_id": acked["alert_id"], "acked_by": "ops", "ack_time": ack_time(120)},  # within 10 min
-            {"alert_id": acked_late["alert_id"], "acked_by": "ops", "ack_time": ack_time(20 + 601)},  # too late
-            # a client whose clock runs 2 days ahead: refused, so it cannot move the watermark past d's deadline
-            {"alert_id": fresh["alert_id"], "acked_by": "clock-ahead", "ack_time": ack_time(2 * 86_400)},
-        ],
-        sent_at={2: 2_000},  # the broker got the clock-ahead ack at 2,000 s
-    )
-    alerts.start_escalations(spark, settings)
-    alerts.start_escalations(spark, settings)  # a second run adds nothing
-    escalated = delta_frame(settings.table_path("alert_escalations"))
-    # the watermark (max event/ack time 2,000 s - 30 s) has passed a, b and c's bounds, not d's
-    assert sorted(escalated.alert_id) == sorted([never["alert_id"], acked_late["alert_id"]])
-    assert set(escalated.reason) == {"not acknowledged within 10 minutes"}
-    assert len(escalated) == 2, "one row per alert_id"
-    refused = delta_frame(settings.table_path("quarantine_events"), ["topic", "reason", "raw_value"])
-    assert refused.topic.tolist() == [settings.acks_topic] and refused.raw_value[0].find(b"clock-ahead") > 0
-    assert refused.reason[0].startswith("ack_time more than")
 
 
 def test_alert_and_sampling_queries_run_side_by_side_in_their_pools(spark, settings):

@@ -47,7 +47,7 @@ def test_always_on_job_runs_stops_and_resumes_without_loss_or_doubles(spark, set
         params=_params(settings), until=drained(settings), minutes=5, every_s=5, out=lines.append, spark=spark
     )
     assert sorted(q.name for q in queries) == sorted(
-        ["ingest", "sampling", "device_activity", "alerts", "anomalies", "escalations"]
+        ["ingest", "sampling", "device_activity", "alerts", "alert_lifecycle", "anomalies"]
     )
     assert not any(q.isActive for q in queries), "stopped cleanly"
     assert lines[-1].startswith("✔ stopped 6 queries")

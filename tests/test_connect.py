@@ -2,7 +2,7 @@
 
 The server is Spark Connect's plugin on the test session's own JVM (same jars and confs, no second JVM on 2
 cores); the client is a separate Python process (``connect_pipeline.py``). It runs ingest, sampling
-(transformWithStateInPandas), device activity, alerts, anomalies, escalations and the progress listener on the
+(transformWithStateInPandas), device activity, alerts, anomalies, the alert lifecycle and the progress listener on the
 real broker and must write what the classic session writes from the same topics.
 """
 
@@ -24,8 +24,16 @@ from sensorcep.local import simulator
 from sensorcep.local.broker import create_topics
 
 #: columns that differ between two correct runs: when a row was written, and the alert records' Kafka times
-VOLATILE = {"ingest_time", "quarantined_at", "detected_at", "escalated_at"}
-COMPARED = ["bronze_events", "quarantine_events", "sensor_samples", "device_status", "anomalies", "alert_escalations"]
+VOLATILE = {"ingest_time", "quarantined_at", "detected_at", "escalated_at", "batch_id"}
+COMPARED = [
+    "bronze_events",
+    "quarantine_events",
+    "sensor_samples",
+    "device_status",
+    "anomalies",
+    "alert_escalations",
+    "alert_events",
+]
 
 
 def table_rows(settings, table: str) -> list[tuple]:
@@ -68,5 +76,12 @@ def test_the_pipeline_through_spark_connect_writes_what_the_classic_session_writ
         assert rows, f"{table}: the classic run wrote nothing to compare"
         assert table_rows(connect, table) == rows, f"{table} differs between Spark Connect and classic"
     progress = delta_frame(connect.table_path("stream_progress"))
-    assert set(progress.query_name) == {"ingest", "sampling", "device_activity", "alerts", "anomalies", "escalations"}
+    assert set(progress.query_name) == {
+        "ingest",
+        "sampling",
+        "device_activity",
+        "alerts",
+        "anomalies",
+        "alert_lifecycle",
+    }
     assert (progress.groupby("query_name").num_input_rows.sum() > 0).all()

@@ -15,8 +15,8 @@ def test_every_query_is_declared_once_with_its_task_trigger_setting_and_pool():
         "sampling",
         "stateful_rules",
         "alerts",
+        "alert_lifecycle",
         "anomalies",
-        "escalations",
     ]
     assert {name: q.task for name, q in declared.items()} == {
         "ingest": "ingest",
@@ -24,13 +24,15 @@ def test_every_query_is_declared_once_with_its_task_trigger_setting_and_pool():
         "sampling": "sampling_state",
         "stateful_rules": "sampling_state",
         "alerts": "alerts",
+        "alert_lifecycle": "alert_records",
         "anomalies": "alert_records",
-        "escalations": "alert_records",
     }
     assert [name for name, q in declared.items() if q.trigger_setting == "alerts_trigger"] == ["alerts"]
     assert {q.pool for q in declared.values()} == {None, "sampling", "alerts"}
     assert all(q.start.__name__.startswith("start_") for q in declared.values())
-    assert [name for name, q in declared.items() if q.reload_when] == ["stateful_rules", "alerts"], "the rule queries"
+    assert [name for name, q in declared.items() if q.reload_when] == ["stateful_rules", "alerts", "alert_lifecycle"], (
+        "rules"
+    )
 
 
 def test_the_always_on_job_and_the_bundle_run_the_registry_tasks():

@@ -33,6 +33,7 @@ TABLES = (
     "device_status",
     "anomalies",
     "alert_escalations",
+    "alert_events",
     "alert_rules",
     "device_baselines",
     "tuning_results",

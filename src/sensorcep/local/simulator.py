@@ -215,8 +215,11 @@ def acknowledgements(
     share: float = 0.7,
     max_delay_s: float = 1_200.0,
     seed: int | None = None,
+    snooze_share: float = 0.1,
+    snooze_s: float = 900.0,
 ) -> pd.DataFrame:
-    """Acks ({alert_id, acked_by, ack_time}) for a share of the simulated alerts, as Kafka records.
+    """Acks ({alert_id, device_id, rule_id, acked_by, ack_time}) for a share of the simulated alerts, as Kafka
+    records; ``snooze_share`` of them snooze the alert for ``snooze_s`` instead (``action: snooze``, ``until``).
 
     The alerts are those ``rules`` (default: the packaged rule set, which seeds ``alert_rules``) fire, each rule
     without a site or sensor_type scope (those need the devices table).
@@ -242,9 +245,16 @@ def acknowledgements(
         for d, t, r in zip(chosen.device_id.tolist(), event_us.tolist(), chosen.rule_id.tolist(), strict=True)
     ]
     operators = rng.choice(["ops-anna", "ops-ben", "ops-chen"], len(chosen)).tolist()
+    snoozes = rng.random(len(chosen)) < snooze_share
+    until = _iso(ack_us + int(snooze_s * 1e6))
     values = [
-        json.dumps({"alert_id": i, "acked_by": o, "ack_time": t}).encode()
-        for i, o, t in zip(ids, operators, _iso(ack_us), strict=False)
+        json.dumps(
+            {"alert_id": i, "device_id": d, "rule_id": r, "acked_by": o, "ack_time": t}
+            | ({"action": "snooze", "until": u} if snooze else {})
+        ).encode()
+        for i, d, r, o, t, snooze, u in zip(
+            ids, chosen.device_id, chosen.rule_id, operators, _iso(ack_us), snoozes, until, strict=True
+        )
     ]
     acks = pd.DataFrame(
         {

@@ -1,4 +1,4 @@
-"""03 anomaly alerts: every anomalous event to Kafka as an alert, fast; unacknowledged alerts escalated.
+"""03 anomaly alerts: every event that fires a rule to Kafka as an alert, fast, and recorded in ``anomalies``.
 
 * :func:`alert_stream` is stateless: a valid event (the rules of 01's parser) that fires an alert rule in force
   (the ``alert_rules`` table, :mod:`sensorcep.rules`) becomes an alert, one per rule it fires, whatever its
@@ -11,10 +11,8 @@
 * :func:`start_anomalies` records alerts off the latency path: a micro-batch query reads the alerts
   topic back and MERGEs each batch into the Delta table ``anomalies`` on ``alert_id``, so an event sent
   twice, a replayed batch and a re-sent alert each leave one row.
-* :func:`escalation_stream` left-outer-joins alerts (read back from the alerts topic) with
-  acknowledgements on ``alert_id``, with watermarks on both sides and the bound
-  ``event_time <= ack_time <= event_time + ack_timeout``. An alert without a matching ack is emitted
-  once, when the watermark passes its bound, into ``alert_escalations``.
+* What happens to an alert after it is sent (one incident per rule and device, acks, snoozes, escalation) is the
+  lifecycle query's: :mod:`sensorcep.pipeline.alert_lifecycle`.
 """
 
 from __future__ import annotations
@@ -25,12 +23,11 @@ import logging
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sensorcep.io.kafka import read_kafka, sink_options, write_kafka
+from sensorcep.io.kafka import read_kafka, sink_options
 from sensorcep.io.lake import Tables
-from sensorcep.pipeline import lateness, queries, sampling
+from sensorcep.pipeline import queries, sampling
 from sensorcep.pipeline.ingest import valid_events
-from sensorcep.pipeline.parsing import KAFKA_COORDINATES, record_columns, seconds_interval
-from sensorcep.pipeline.streaming import finish, launch, materialized, query_conf, stop_when_caught_up
+from sensorcep.pipeline.streaming import finish, launch, stop_when_caught_up
 from sensorcep.rules import catalog, evaluate
 from sensorcep.rules.catalog import VersionedRule
 from sensorcep.settings import Settings, is_realtime
@@ -39,7 +36,6 @@ log = logging.getLogger(__name__)
 
 QUERY = "alerts"
 ANOMALIES_QUERY = "anomalies"
-ESCALATION_QUERY = "escalations"
 #: the alert record (JSON value on the alerts topic, key = device id); kafka_timestamp = when the event reached Kafka
 ALERT_FIELDS = [
     "alert_id",
@@ -57,7 +53,6 @@ ALERT_SCHEMA = (
 )
 #: an alert read back from the topic: its fields + detected_at (the alert record's Kafka timestamp)
 ANOMALY_FIELDS = [*ALERT_FIELDS, "detected_at"]
-ACK_SCHEMA = "alert_id string, acked_by string, ack_time timestamp"
 
 
 def alert_id(device_id: str, event_time_us: int, rule_id: str) -> str:
@@ -220,114 +215,7 @@ def alert_latency(spark: SparkSession, settings: Settings, since=None):
     return frame
 
 
-# ------------------------------------------------------------------------------ escalation
 def parse_json_records(raw: DataFrame, schema: str) -> DataFrame:
     return raw.select(F.from_json(F.col("value").cast("string"), schema).alias("r"), "timestamp").select(
         "r.*", "timestamp"
     )
-
-
-def read_acks(spark: SparkSession, settings: Settings) -> DataFrame:
-    """The acks topic as acks (alert_id, acked_by, ack_time) with their record (key, value, Kafka coordinates) and
-    ``reason``: null for a usable ack, else why it is refused (not JSON with alert_id and ack_time, or an ack_time
-    further ahead of its record's Kafka timestamp than ``max_future``: an acknowledging client whose clock runs
-    ahead would move the escalation watermark, and with it close every other alert's deadline)."""
-    raw = read_kafka(spark, settings, settings.acks_topic)
-    parsed = raw.select(F.from_json(F.col("value").cast("string"), ACK_SCHEMA).alias("r"), *record_columns()).select(
-        "r.*", "key", "value", *KAFKA_COORDINATES
-    )
-    limit = F.col("kafka_timestamp") + seconds_interval(settings.max_future_seconds)
-    reason = F.when(
-        F.col("alert_id").isNull() | F.col("ack_time").isNull(),
-        F.lit("ack is not a JSON object with alert_id and ack_time"),
-    ).when(F.col("ack_time") > limit, F.lit(f"ack_time more than {settings.max_future} ahead of its Kafka timestamp"))
-    return parsed.select("*", reason.alias("reason"))
-
-
-def escalation_stream(alerts: DataFrame, acks: DataFrame, settings: Settings, *, keep_late: bool = False) -> DataFrame:
-    """Alerts with no ack within ``ack_timeout`` of the event (emitted once the watermark passes that bound).
-
-    ``acks``: :func:`read_acks`' rows; refused ones (``reason`` set) never reach the join. ``keep_late``: the stream
-    also carries the alerts too late for the join (they were alerted; only their escalation deadline had passed
-    when they arrived) and the refused acks, for :func:`lateness.late_event_writer` to keep them.
-    """
-    alerts = alerts.where(F.col("alert_id").isNotNull() & F.col("event_time").isNotNull())
-    usable = acks.where(F.col("reason").isNull()).select(
-        F.col("alert_id").alias("ack_alert_id"), "acked_by", "ack_time"
-    )
-    a = alerts.withWatermark("event_time", settings.interval("watermark_delay"))
-    k = usable.withWatermark("ack_time", settings.interval("watermark_delay"))
-    escalated = _escalations(a, k, settings)
-    if not keep_late:
-        return escalated
-    return lateness.with_input(escalated, a, rejected=acks.where(F.col("reason").isNotNull()))
-
-
-def _escalations(a: DataFrame, k: DataFrame, settings: Settings) -> DataFrame:
-    bound = F.col("event_time") + seconds_interval(settings.ack_timeout_seconds)
-    joined = a.join(
-        k,
-        (F.col("alert_id") == F.col("ack_alert_id"))
-        & (F.col("ack_time") >= F.col("event_time"))
-        & (F.col("ack_time") <= bound),
-        "leftOuter",
-    )
-    return joined.where(F.col("ack_alert_id").isNull()).select(
-        *ANOMALY_FIELDS,
-        bound.alias("ack_deadline"),
-        F.current_timestamp().alias("escalated_at"),
-        F.lit(f"not acknowledged within {settings.ack_timeout}").alias("reason"),
-    )
-
-
-def write_escalations_batch(settings: Settings):
-    """foreachBatch: escalations -> ``alert_escalations``, one row per ``alert_id`` (MERGE, insert if new), and the
-    new ones to ``escalations_topic`` when set (at least once: a batch cut short between the two sends again)."""
-
-    def write(batch: DataFrame, batch_id: int) -> None:
-        columns = batch.columns + ["part_date"]
-        out = batch.dropDuplicates(["alert_id"]).select(
-            "*",
-            F.to_date("event_time").alias("part_date"),
-            F.col("device_id").alias("key"),
-            F.to_json(F.struct(*batch.columns)).alias("value"),
-        )
-        with materialized(out) as rows:
-            if rows.isEmpty():
-                return
-            lake = Tables(rows.sparkSession, settings)
-            if lake.exists("alert_escalations"):
-                known = lake.read("alert_escalations").select("alert_id")
-                rows = rows.join(known, "alert_id", "left_anti")
-            if settings.escalations_topic:
-                write_kafka(rows.select(["key", "value"]), settings, settings.escalations_topic)
-            lake.merge_new_rows(rows.select(columns), "alert_escalations", "alert_id", ["part_date"])
-
-    return write
-
-
-@queries.declare(
-    ESCALATION_QUERY, task="alert_records", writes="alert_escalations, escalations topic, late_events", pool="alerts"
-)
-def start_escalations(spark: SparkSession, settings: Settings, *, wait: bool = True):
-    """Alerts topic x acks topic -> ``alert_escalations``.
-
-    The watermark policy is ``max``: acknowledgements are sparse, and with Spark's default (``min``)
-    an hour without acks would hold every escalation back for that hour.
-    """
-
-    alerts = read_alerts(spark, settings)
-    acks = read_acks(spark, settings)
-    # read when the query starts, then kept in its checkpoint
-    # the alerts topic is written at least once: a late alert can arrive twice, and is kept once
-    writer = lateness.late_event_writer(
-        settings, ESCALATION_QUERY, write_escalations_batch(settings), input_repeats=True
-    )
-    with query_conf(spark, {"spark.sql.streaming.multipleWatermarkPolicy": "max"}):
-        return launch(
-            escalation_stream(alerts, acks, settings, keep_late=True),
-            settings,
-            ESCALATION_QUERY,
-            wait=wait,
-            foreach_batch=writer,
-        )

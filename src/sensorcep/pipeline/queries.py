@@ -86,7 +86,7 @@ TASK_ORDER = ("ingest", "sampling_state", "alerts", "alert_records")
 def registry() -> dict[str, Query]:
     """Every declared query, in pipeline order (by :data:`TASK_ORDER`, then name), by name."""
     # the modules that declare them import this one, so they are imported here, when asked
-    from sensorcep.pipeline import alerts, device_activity, ingest, sampling, stateful_rules  # noqa: F401, PLC0415
+    from sensorcep.pipeline import alert_lifecycle, alerts, device_activity, ingest, sampling, stateful_rules  # noqa: F401, PLC0415
 
     ordered = sorted(_DECLARED.values(), key=lambda q: (TASK_ORDER.index(q.task), q.name))
     return {q.name: q for q in ordered}

@@ -73,13 +73,35 @@ class Scope(_Strict):
         return getattr(self, self.column)
 
 
+#: an alert of a rule that does not say: open until acknowledged (latched), and, if not latched, open while its
+#: repeats come within this much event time of each other (:mod:`sensorcep.rules.lifecycle`)
+DEFAULT_LATCH = True
+DEFAULT_SUPPRESS_FOR = "5 minutes"
+
+
 class _Rule(_Strict):
-    """What every rule has: an id, a scope, a description, an enabled flag."""
+    """What every rule has: an id, a scope, a description, an enabled flag, and how its alerts live (``latch``,
+    ``suppress_for``: None = the defaults, :data:`DEFAULT_LATCH` and :data:`DEFAULT_SUPPRESS_FOR`)."""
 
     id: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")
     scope: Scope | None = None
     description: str = ""
     enabled: bool = True
+    latch: bool | None = None
+    suppress_for: str | None = None
+
+    @field_validator("suppress_for")
+    @classmethod
+    def _suppress_for(cls, text: str | None) -> str | None:
+        return None if text is None else _positive_duration(text)
+
+    @property
+    def latched(self) -> bool:
+        return DEFAULT_LATCH if self.latch is None else self.latch
+
+    @property
+    def suppress_us(self) -> int:
+        return _microseconds(self.suppress_for or DEFAULT_SUPPRESS_FOR)
 
     #: stateless rules run in the real-time alert query; the others in the stateful rules query (micro-batches)
     stateless: ClassVar[bool] = False
