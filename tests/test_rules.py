@@ -45,6 +45,8 @@ def test_the_packaged_rule_set_is_the_original_rule_as_one_row():
         ({"rules": [rule(kind="count", at_least=1, within="1 minute")]}, "at_least: Input should be greater than"),
         ({"rules": [rule(kind="count", at_least=3, within="soon")]}, "within: cannot read 'soon' as a duration"),
         ({"rules": [rule(kind="absence", within="0 seconds")]}, "must be longer than 0, not '0 seconds'"),
+        ({"rules": [rule(suppress_for="a while")]}, "suppress_for: cannot read 'a while' as a duration"),
+        ({"rules": [rule(latch="sometimes")]}, "latch: Input should be a valid boolean"),
         ({"rules": [{**rule(kind="absence", within="5 minutes"), "scope": None}]}, "field: Extra inputs"),
         ({"rules": ["low"]}, "rule 1: expected a mapping of a rule's fields, not str"),
         ({"rules": [rule(), rule(value=5)]}, "rules 1 and 2 share the id 'low'"),
@@ -184,3 +186,11 @@ def test_property_the_stateful_logic_in_any_watermark_steps_equals_the_oracle(ro
             got |= {(alert_id(f.device_id, f.event_time_us, f.rule_id), f.rule_id) for f in fired}
             done = max(done, mark_us)
     assert got == stateful_rule_alerts(frame, STATEFUL, final_us // 1000)
+
+
+def test_how_an_alert_lives_is_part_of_the_rule_with_defaults_that_do_not_change_old_specs():
+    plain, unlatched = parse_rules({"rules": [rule(), rule(id="flappy", latch=False, suppress_for="2 minutes")]})
+    assert (plain.latched, plain.suppress_us) == (True, 300_000_000), "latched, 5 minutes by default"
+    assert (unlatched.latched, unlatched.suppress_us) == (False, 120_000_000)
+    assert "latch" not in spec_json(plain) and "suppress_for" not in spec_json(plain), "unset: the spec is unchanged"
+    assert rule_from_spec("flappy", spec_json(unlatched)) == unlatched

@@ -160,3 +160,25 @@ def plot_backtest(by_rule: pd.DataFrame, title: str = "Backtest: the candidate r
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def plot_lifecycle(counts: pd.DataFrame, title: str = "The alert lifecycle: transitions by rule"):
+    """``alert_events`` counted by (rule_id, transition) (columns rule_id, transition, n) -> one stacked bar per rule,
+    a colour per transition (the paging ones, opened and escalated, in warm colours)."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - heavy: only when plotting
+
+    colors = {"opened": "tab:orange", "escalated": "tab:red", "repeated": "tab:grey", "acked": "tab:green",
+              "snoozed": "tab:purple", "unsnoozed": "tab:pink", "resolved": "tab:olive",
+              "ignored": "tab:brown"}  # fmt: skip
+    table = counts.pivot_table(index="rule_id", columns="transition", values="n", aggfunc="sum", fill_value=0)
+    fig, ax = plt.subplots(figsize=(9, 0.8 + 0.45 * max(len(table), 1)))
+    left = pd.Series(0, index=table.index)
+    for transition in [t for t in colors if t in table.columns]:
+        ax.barh(table.index, table[transition], left=left, color=colors[transition],
+                label=f"{transition} ({table[transition].sum():,})")  # fmt: skip
+        left = left + table[transition]
+    ax.set(title=title, xlabel="transitions")
+    ax.invert_yaxis()
+    ax.legend(loc="lower right", fontsize=8, ncols=2)
+    fig.tight_layout()
+    return fig

@@ -11,7 +11,7 @@ package's ``sensorcep-stream`` entry point with its parameters as ``--name=value
   ``trigger``);
 * ``alerts``: events -> alerts topic (``alerts_trigger``: real-time mode), on a cluster of its own; the task reads
   ``alert_rules`` every ``rules_refresh`` and restarts the query on its checkpoint when the rules changed;
-* ``alert_records``: alerts topic -> ``anomalies`` (MERGE) and escalations (micro-batches, ``trigger``).
+* ``alert_records``: alerts topic -> ``anomalies`` (MERGE) and the alert lifecycle (micro-batches, ``trigger``).
 
 A task that reads Kafka starts where its checkpoint left off: a stop and a restart lose and double nothing
 (Delta sinks are idempotent per batch, ``anomalies`` is a MERGE, alerts carry a stable ``alert_id``).

@@ -74,8 +74,9 @@ def late_event_writer(
     at or before the watermark Spark's late-row filter used in this batch) to ``late_events``, exactly once; rejected
     records, if the stream has them, to ``quarantine_events`` (merged on their Kafka coordinates).
 
-    ``input_repeats``: the query's input is read at least once (the alerts topic behind escalations), so the same late
-    event can arrive twice: it is kept once (:func:`not_held`). Bronze, the others' input, holds each event once."""
+    ``input_repeats``: the query's input is read at least once (the alerts topic behind the alert lifecycle), so the
+    same late event can arrive twice: it is kept once (:func:`not_held`). Bronze, the others' input, holds each event
+    once."""
 
     def write(batch: DataFrame, batch_id: int) -> None:
         lake = Tables(batch.sparkSession, settings)

@@ -9,7 +9,7 @@ late for the watermark are kept in ``late_events`` (:mod:`sensorcep.pipeline.lat
 the events within ``watermark_delay`` of the newest, and per rule a few numbers (:mod:`sensorcep.rules.sequential`).
 
 Alerts go to the alerts topic in the real-time query's record format (with the rule id and version), so
-``anomalies`` and escalations take them like any other alert; their ``alert_id`` is derived the same way. The
+``anomalies`` and the alert lifecycle take them like any other alert; their ``alert_id`` is derived the same way. The
 query starts only when rules of these kinds are in force; the always-on job starts or restarts it when they change.
 Baseline rules also append each device's baseline, as each batch leaves it, to ``device_baselines``.
 """
