@@ -19,9 +19,9 @@ from streams import T0, T0_US, batch_stream, events, late_rows, topic_records, w
 from sensorcep.io.lake import Tables
 from sensorcep.local import simulator
 from sensorcep.local.broker import create_topics
-from sensorcep.pipeline import alerts, ingest, stateful_rules
+from sensorcep.pipeline import alerts, always_on, ingest, queries, stateful_rules
 from sensorcep.pipeline.backtest import backtest
-from sensorcep.pipeline.streaming import start_query
+from sensorcep.pipeline.streaming import start_query, stop_queries
 from sensorcep.rules import catalog
 from sensorcep.rules.catalog import VersionedRule
 from sensorcep.rules.model import parse_rules
@@ -190,3 +190,39 @@ def test_the_live_query_reads_bronze_and_its_alerts_reach_the_topic_and_anomalie
     assert (stateful.added == 0).all() and (stateful.dropped == 0).all(), "the backtest equals the live run"
     assert stateful.kept.sum() == len(want)
     assert pd.notna(anomalies[anomalies.rule_id == "silent"].kafka_timestamp).sum() == 0, "an absence has no record"
+
+
+def test_a_running_stateful_rules_query_picks_up_a_rule_change_mid_stream(spark, settings):
+    """Events the watermark released before the change are judged by the old version, the ones it releases after the
+    change by the new (a changed rule starts afresh: its memory is kept per version)."""
+    from test_rule_alerts import alerts_on_topic, produce_events
+
+    create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic])
+    settings = settings.replace(trigger="1 second")
+    jump = {"id": "jump", "kind": "rate", "field": "sensor_freq", "op": ">", "value": 2.0}
+    catalog.apply_rules(spark, settings, parse_rules({"rules": [jump]}))
+
+    def deliver(task, rows):  # the fleet sends, ingest lands them in bronze, the running query reads them
+        produce_events(settings.kafka_bootstrap_servers, settings.events_topic, rows)
+        ingest.start_ingest(spark, settings.replace(trigger="availableNow"))
+        if task is not None:
+            task.queries[0].processAllAvailable()
+
+    deliver(None, [("d1", 0.0, 0), ("d1", 30.0, 10), ("d1", 0.0, 100)])  # 0 -> 10 s: +3/s
+    task = always_on.RunningTask(spark, settings, [queries.query("stateful_rules")]).start()
+    try:
+        task.queries[0].processAllAvailable()
+        deliver(task, [("d1", 0.0, 200)])  # its batch runs with watermark 70 s: 0 and 10 s are judged by v1
+        assert task.refresh() == [], "no change, no restart"
+        catalog.apply_rules(spark, settings, parse_rules({"rules": [{**jump, "value": 0.5}]}))
+        assert task.refresh() == ["stateful_rules"] and task.queries[0].isActive
+        deliver(task, [("d1", 10.0, 210), ("d1", 10.0, 400)])  # 200 -> 210 s: +1/s, fires v2 (not v1)
+        deliver(task, [("d1", 10.0, 800)])  # its batch runs with watermark 370 s: 100, 200, 210 s judged by v2
+    finally:
+        stop_queries(spark, task.queries)
+
+    want = {
+        (alerts.alert_id("d1", T0_US + 10_000_000, "jump"), "jump", 1),
+        (alerts.alert_id("d1", T0_US + 210_000_000, "jump"), "jump", 2),
+    }
+    assert alerts_on_topic(settings) == want
