@@ -5,7 +5,7 @@
 Simulated events are produced to a scratch topic and ingested into bronze once (``--batch`` events per ingest
 micro-batch, so bronze has that many commits). Then, in the same Spark application and one after the other, each on
 a checkpoint of its own: the stateful rules query with ``--rules`` rules of each stateful kind (rate, count, absence,
-sequence; unscoped, so every device runs every rule), and the sampling query (02, the project's other
+sequence, baseline; unscoped, so every device runs every rule), and the sampling query (02, the project's other
 transformWithStateInPandas processor), both ``availableNow`` over the same bronze table. It prints events/s for
 each, their ratio (the baseline is sampling, measured in the same run), the alerts the rules fired, and the batch
 times. At 10,000 events/s of fleet traffic and a ``10 seconds`` trigger, a query keeps up if it does at least
@@ -41,6 +41,7 @@ def rule_set(per_kind: int) -> list:
             {"id": f"absence_{i}", "kind": "absence", "within": f"{30 + i} seconds"},
             {"id": f"sequence_{i}", "kind": "sequence", "first": {"field": "sensor_freq", "op": ">", "value": 90.0},
              "then": {"field": "sensor_freq", "op": "<", "value": 0.0}, "within": f"{120 + i} seconds"},
+            {"id": f"baseline_{i}", "kind": "baseline", "field": "sensor_freq", "k": 4.0 + i, "span": 50},
         ]  # fmt: skip
     return parse_rules({"rules": rules})
 
