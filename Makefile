@@ -69,6 +69,7 @@ bench: jars broker-up
 	$(PY) benchmarks/stateful_rules.py
 	$(PY) benchmarks/state_tuning.py
 	$(PY) benchmarks/soak.py
+	$(PY) benchmarks/cost_model.py
 
 nemesis: jars  # the seeded fault test, longer than the suite's: make nemesis SEED=7 KILLS=60
 	$(PY) tests/nemesis.py --seed $(or $(SEED),7) --kills $(or $(KILLS),60)

@@ -36,14 +36,15 @@ import psutil  # noqa: E402
 from alert_latency import produce_steady  # noqa: E402 - the same steady producer, in its own process
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
+from sensorcep.io.lake import Tables  # noqa: E402
 from sensorcep.local import broker  # noqa: E402
 from sensorcep.pipeline import queries as registry  # noqa: E402
 from sensorcep.pipeline.ingest import wait_for_bronze  # noqa: E402
 from sensorcep.runtime import get_spark  # noqa: E402
 from sensorcep.settings import env_settings, parse_duration  # noqa: E402
 
-#: the declared queries (the registry) but escalations, which needs an acks stream this soak does not produce
-STARTERS = {name: q for name, q in registry.registry().items() if name != "alert_lifecycle"}
+#: the declared queries (the registry); without acks, every alert's incident escalates (the lifecycle's worst case)
+STARTERS = registry.registry()
 
 
 class CpuMeter:
@@ -95,21 +96,36 @@ def topic_end(consumer, topic: str) -> int:
 
 
 def processed_end(progress: dict | None) -> int:
-    if not progress or not progress.get("sources"):
-        return 0
-    end = progress["sources"][0].get("endOffset") or {}
-    end = json.loads(end) if isinstance(end, str) else end
-    return sum(int(o) for parts in end.values() for o in parts.values())
+    """The Kafka offsets a query's last progress had read to, summed over its Kafka sources and their partitions."""
+    total = 0
+    for source in (progress or {}).get("sources", []):
+        end = source.get("endOffset") or {}
+        end = json.loads(end) if isinstance(end, str) else end
+        if end and all(isinstance(parts, dict) for parts in end.values()):  # {topic: {partition: offset}}: Kafka
+            total += sum(int(o) for parts in end.values() for o in parts.values())
+    return total
 
 
-def minute_row(query, since: datetime, end_offset: int, processed_before: int, rate: int, minute: int) -> dict:
-    """One query's minute: rates from offsets (exact), batch times and state from its progress events."""
+def rows_read(query) -> int:
+    """Rows a query has read since it started (a Delta source: each bronze row once)."""
+    return sum(json.loads(p.json)["numInputRows"] for p in query.recentProgress)
+
+
+def bronze_rows(spark, settings) -> int:
+    return Tables(spark, settings).read("bronze_events").count()  # from the Delta log's statistics
+
+
+def minute_row(
+    query, since: datetime, end_offset: int, processed_before: int, rate: int, minute: int, by_rows: bool = False
+) -> dict:
+    """One query's minute: rates from offsets (exact; ``by_rows``: from rows read, for a query reading bronze, whose
+    ``end_offset`` is then bronze's row count), batch times and state from its progress events."""
     batches = [json.loads(p.json) for p in query.recentProgress]
     recent = [p for p in batches if datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")) >= since]
     durations = [p["batchDuration"] for p in recent if p["numInputRows"] > 0]
     last = batches[-1] if batches else None
     state = sum(o.get("numRowsTotal", 0) for o in (last or {}).get("stateOperators", [])) if last else 0
-    processed = processed_end(last)
+    processed = rows_read(query) if by_rows else processed_end(last)
     lag = max(0, end_offset - processed)
     return {
         "minute": minute,
@@ -132,6 +148,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=4_000, help="events per second")
     parser.add_argument("--trigger", default="10 seconds", help="ingest, sampling and device-activity trigger")
     parser.add_argument("--alerts-trigger", default="0 seconds")
+    parser.add_argument("--drain-timeout", type=int, default=600, help="seconds to wait for every query to catch up")
     parser.add_argument(
         "--queries", default=",".join(STARTERS), help="comma-separated subset, to see what one query costs on its own"
     )
@@ -144,13 +161,15 @@ def main() -> None:
     settings = env_settings(
         events_topic=f"soak-events-{run}",
         alerts_topic=f"soak-alerts-{run}",
+        acks_topic=f"soak-acks-{run}",
         base_path=tempfile.mkdtemp(prefix="bench-soak-"),
         trigger=args.trigger,
         alerts_trigger=args.alerts_trigger,
         max_offsets_per_trigger=0,
     )
     broker.wait_until_ready(settings.kafka_bootstrap_servers, timeout=10)
-    with broker.scratch_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic]):
+    topics = [settings.events_topic, settings.alerts_topic, settings.acks_topic]  # acks: none are sent
+    with broker.scratch_topics(settings.kafka_bootstrap_servers, topics):
         soak(args, settings, run)
 
 
@@ -169,7 +188,12 @@ def soak(args, settings, run: str) -> None:
     for name in args.queries.split(","):  # in pipeline order: a bronze reader starts once ingest has created bronze
         if STARTERS[name].reads_bronze:
             wait_for_bronze(spark, settings)
-        queries.append(STARTERS[name].start(spark, settings, wait=False))
+        started_query = STARTERS[name].start(spark, settings, wait=False)
+        if started_query is None:
+            print(f"{name}: not started (nothing to do: no rule of its kinds in force)", flush=True)
+            continue
+        queries.append(started_query)
+    by_rows = {settings.query_name(n) for n in args.queries.split(",") if STARTERS[n].reads_bronze}
     cpu = CpuMeter(producer.pid)
     print(
         f"soak: {args.rate:,} events/s for {args.minutes} min; trigger {args.trigger}, alerts {args.alerts_trigger}; "
@@ -186,12 +210,16 @@ def soak(args, settings, run: str) -> None:
         time.sleep(max(0.0, started + minute * 60 - time.monotonic()))
         end = topic_end(offsets, settings.events_topic)
         ends = {name: topic_end(offsets, topic) for name, topic in source_topics(settings).items()}
+        ends.update({name: bronze_rows(spark, settings) for name in by_rows})
         used = live_heap_mb(jvm)
         heaps.append(used)
         for query in queries:
             if query.exception() is not None:
                 raise SystemExit(f"query {query.name} failed: {query.exception()}")
-            row = minute_row(query, since, ends.get(query.name, end), done.get(query.name, 0), args.rate, minute)
+            row = minute_row(
+                query, since, ends.get(query.name, end), done.get(query.name, 0), args.rate, minute,
+                by_rows=query.name in by_rows,
+            )  # fmt: skip
             done[query.name] = row["processed_end"]
             row["input_per_s"] = (end - produced_before) / 60
             rows.append(row)
@@ -206,9 +234,13 @@ def soak(args, settings, run: str) -> None:
         print(f"    cpu cores: {cpu_line(cores[-1])}", flush=True)
     out.get(timeout=120)  # the producer hands back its send log before it can exit
     producer.join(timeout=60)
-    drained = drain(
-        queries, lambda name: topic_end(offsets, source_topics(settings).get(name, settings.events_topic)), args.trigger
-    )
+
+    def source_end(name: str) -> int:
+        if name in by_rows:
+            return bronze_rows(spark, settings)
+        return topic_end(offsets, source_topics(settings).get(name, settings.events_topic))
+
+    drained = drain(queries, source_end, args.trigger, by_rows, args.drain_timeout)
     verdict(rows, heaps, live_heap_mb(jvm), args)
     mean = {group: statistics.mean(c[group] for c in cores) for group in cores[0]}
     print(f"  mean cpu cores over the run: {cpu_line(mean)}")
@@ -225,11 +257,12 @@ def cpu_line(cores: dict[str, float]) -> str:
 
 
 def source_topics(settings) -> dict[str, str]:
-    """Queries that read another topic than the events topic (their lag is measured against it)."""
-    return {"anomalies": settings.alerts_topic}
+    """Queries that read another topic than the events topic (their lag is measured against it; the lifecycle's acks
+    topic is empty here)."""
+    return {settings.query_name(n): settings.alerts_topic for n in ("anomalies", "alert_lifecycle")}
 
 
-def drain(queries, produced_of, trigger: str, timeout_s: float = 600) -> str:
+def drain(queries, produced_of, trigger: str, by_rows: set[str], timeout_s: float = 600) -> str:
     """After the producer stops: how long each query takes to process the whole of its topic (its final lag, in time).
     ``produced_of(name)`` is the end offset of that query's source topic now (the alerts topic still grows until
     the alert query has caught up)."""
@@ -239,7 +272,8 @@ def drain(queries, produced_of, trigger: str, timeout_s: float = 600) -> str:
             if (
                 query.name not in caught_up
                 and query.lastProgress
-                and processed_end(json.loads(query.lastProgress.json)) >= produced_of(query.name)
+                and (rows_read(query) if query.name in by_rows else processed_end(json.loads(query.lastProgress.json)))
+                >= produced_of(query.name)
             ):
                 caught_up[query.name] = time.monotonic() - started
         time.sleep(0.5)

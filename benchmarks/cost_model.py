@@ -1,0 +1,237 @@
+"""What an event costs: core-seconds per million events for each query, each query's fixed cost per micro-batch, and
+from both how many cores a fleet's rate needs.
+
+    make broker-up
+    .venv/bin/python benchmarks/cost_model.py                      # 300,000 events, ~6 minutes
+    .venv/bin/python benchmarks/cost_model.py --events 100000 --idle-seconds 30   # a quicker look
+
+CPU is measured, not inferred from wall time: the CPU seconds (user + system, psutil) of the Spark JVM, its Python
+workers and this driver process, read around each step. Nothing else may run (the broker and a trickle producer
+are not counted).
+
+1. **Per event.** ``--events`` simulated events (1,000 devices, 1% anomalous, acks for 70% of the alerts) are
+   produced, then each query of the registry runs alone, ``availableNow``, over the whole backlog, in pipeline order
+   (the stateful rules with one rule of each stateful kind; the alert query in micro-batches, as the pipeline job
+   runs it). Each then runs once more with nothing new: that run's CPU (start, plan, stop) is taken off, and the rest,
+   divided by the events, is the query's cost per million fleet events (the queries downstream of the alerts see
+   only the alerts, but are charged per fleet event).
+2. **Per micro-batch.** Every query then runs as the always-on job runs them (``--trigger`` for all, the alert query
+   included) while a producer sends a trickle (``--trickle`` events/s) for ``--idle-seconds``: what the pipeline
+   burns when there is almost nothing to do is its fixed cost. Its CPU is split between the queries by their share of
+   the batches' wall time; each query's batch time is broken down from its progress reports: planning, offsets
+   (latestOffset, getBatch, WAL and offset commits), state commit, and the sink (``addBatch``: the foreachBatch
+   writers, with each Delta table's log replay and commit, and the Python workers of the stateful processors).
+3. **Sizing.** cores = rate x (the queries' core-seconds per event) + (their core-seconds per batch) / trigger
+   interval, for a few rates and triggers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import psutil  # noqa: E402
+from alert_latency import produce_steady  # noqa: E402 - the steady producer, in its own process
+from stateful_rules import rule_set  # noqa: E402
+
+from sensorcep.local import broker, simulator  # noqa: E402
+from sensorcep.observability.monitoring import stop_session  # noqa: E402
+from sensorcep.pipeline import always_on, queries  # noqa: E402
+from sensorcep.pipeline.streaming import stop_queries  # noqa: E402
+from sensorcep.rules import catalog  # noqa: E402
+from sensorcep.rules.model import load_rules  # noqa: E402
+from sensorcep.runtime import get_spark  # noqa: E402
+from sensorcep.settings import env_settings, parse_duration  # noqa: E402
+
+
+class CpuClock:
+    """CPU seconds used by this process, its JVM and the JVM's descendants (Python workers) since the last reading."""
+
+    def __init__(self):
+        self.last: dict[int, float] = {}
+        self.read()
+
+    def read(self) -> float:
+        me = psutil.Process()
+        used = 0.0
+        for process in [me, *me.children(recursive=True)]:
+            try:
+                t = process.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            seconds = t.user + t.system
+            used += seconds - self.last.get(process.pid, 0.0)
+            self.last[process.pid] = seconds
+        return used
+
+
+def run_alone(spark, settings, name: str, clock: CpuClock) -> tuple[float, float, int]:
+    """One availableNow run of query ``name``: (CPU s, wall s, input rows)."""
+    clock.read()
+    started = time.perf_counter()
+    query = queries.query(name).start(spark, settings)
+    wall = time.perf_counter() - started
+    rows = sum(p["numInputRows"] for p in query.recentProgress) if query is not None else 0
+    return clock.read(), wall, rows
+
+
+def per_event(spark, settings, events: int, clock: CpuClock) -> dict[str, dict]:
+    out = {}
+    for name in queries.registry():
+        cpu, wall, rows = run_alone(spark, settings, name, clock)
+        idle_cpu, idle_wall, _ = run_alone(spark, settings, name, clock)
+        out[name] = {
+            "rows": rows,
+            "cpu_s": cpu,
+            "wall_s": wall,
+            "run_overhead_cpu_s": idle_cpu,
+            "core_s_per_million": max(cpu - idle_cpu, 0.0) / events * 1e6,
+        }
+        print(
+            f"  {name:<16} {rows:>9,} input rows  {wall:6.1f} s wall  {cpu:6.1f} CPU s  "
+            f"(a run with nothing new: {idle_cpu:4.1f} CPU s)  -> {out[name]['core_s_per_million']:6.1f} "
+            "core-s per million events",
+            flush=True,
+        )
+    return out
+
+
+def breakdown(progress: list[dict]) -> dict[str, float]:
+    """Median ms per batch of each part of a query's batch time."""
+
+    def part(p: dict) -> dict[str, float]:
+        d = p.get("durationMs", {})
+        return {
+            "batch": p.get("batchDuration", d.get("triggerExecution", 0)),
+            "planning": d.get("queryPlanning", 0),
+            "offsets": sum(d.get(k, 0) for k in ("latestOffset", "getBatch", "walCommit", "commitOffsets")),
+            "state_commit": sum(o.get("commitTimeMs", 0) for o in p.get("stateOperators", [])),
+            "sink": d.get("addBatch", 0),
+        }
+
+    parts = [part(p) for p in progress]
+    return {k: statistics.median(p[k] for p in parts) for k in parts[0]} if parts else {}
+
+
+def per_batch(spark, settings, args, clock: CpuClock) -> dict[str, dict]:
+    tasks = [always_on.start_task(spark, task, settings) for task in queries.TASK_ORDER]
+    running = [q for task in tasks for q in task.queries]
+    spawn = multiprocessing.get_context("spawn")
+    sent = spawn.Queue()  # the producer's report, unread: kept referenced while it runs
+    producer = spawn.Process(
+        target=produce_steady,
+        args=(settings.kafka_bootstrap_servers, settings.events_topic, args.trickle, args.idle_seconds + 30, sent),
+        daemon=True,
+    )
+    producer.start()
+    try:
+        time.sleep(30)  # start-up (first batches, Python workers) is not a per-batch cost: measure after it
+        since = datetime.now(timezone.utc)
+        clock.read()
+        time.sleep(args.idle_seconds)
+        cpu = clock.read()
+    finally:
+        stop_queries(spark, running)
+        producer.terminate()
+    window = {}
+    for query in running:
+        progress = [
+            p
+            for p in (json.loads(r.json) for r in query.recentProgress)
+            if datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")) >= since
+        ]
+        window[query.name] = {"batches": len(progress), "wall_ms": sum(p["batchDuration"] for p in progress),
+                              **breakdown(progress)}  # fmt: skip
+    total_ms = sum(w["wall_ms"] for w in window.values()) or 1
+    for w in window.values():
+        w["core_s_per_batch"] = cpu * w["wall_ms"] / total_ms / max(w["batches"], 1)
+    print(f"\n  the whole pipeline idling at {args.trickle} events/s, trigger {args.trigger}: "
+          f"{cpu / args.idle_seconds:.2f} cores", flush=True)  # fmt: skip
+    return window
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=300_000)
+    parser.add_argument("--trigger", default="5 seconds", help="every query's trigger in step 2")
+    parser.add_argument("--trickle", type=int, default=20, help="events/s during step 2")
+    parser.add_argument("--idle-seconds", type=int, default=60, help="how long step 2 measures")
+    args = parser.parse_args()
+
+    base = tempfile.mkdtemp(prefix="sensorcep-cost-")
+    run = uuid.uuid4().hex[:8]
+    settings = env_settings(
+        base_path=base,
+        events_topic=f"cost-events-{run}",
+        alerts_topic=f"cost-alerts-{run}",
+        acks_topic=f"cost-acks-{run}",
+        trigger="availableNow",
+        alerts_trigger="availableNow",
+        max_offsets_per_trigger=str(args.events),
+    )
+    topics = [settings.events_topic, settings.alerts_topic, settings.acks_topic]
+    broker.up(settings.kafka_bootstrap_servers)
+    with broker.scratch_topics(settings.kafka_bootstrap_servers, topics):
+        sim = simulator.generate(
+            simulator.SimulationConfig(events=args.events, seed=5, start=datetime(2026, 1, 1, tzinfo=timezone.utc))
+        )
+        simulator.produce(sim, settings.kafka_bootstrap_servers, settings.events_topic, progress=True)
+        acks = simulator.acknowledgements(sim)
+        simulator.produce_records(acks, settings.kafka_bootstrap_servers, settings.acks_topic)
+        spark = get_spark()
+        catalog.apply_rules(spark, settings, [*load_rules(), *rule_set(1)])
+        clock = CpuClock()
+        print(f"\n1. per event: {args.events:,} events, each query alone, availableNow", flush=True)
+        costs = per_event(spark, settings, args.events, clock)
+        print(f"\n2. per micro-batch: every query running, trigger {args.trigger}, {args.trickle} events/s", flush=True)
+        # fresh topics and tables: no backlog, no watermark jump from step 1's event times to now
+        idle = settings.replace(
+            base_path=f"{base}/idle",
+            schema=f"{settings.schema}_idle",
+            events_topic=f"{settings.events_topic}-idle",
+            alerts_topic=f"{settings.alerts_topic}-idle",
+            acks_topic=f"{settings.acks_topic}-idle",
+            trigger=args.trigger,
+            alerts_trigger=args.trigger,
+        )
+        idle_topics = [idle.events_topic, idle.alerts_topic, idle.acks_topic]
+        with broker.scratch_topics(settings.kafka_bootstrap_servers, idle_topics):
+            catalog.apply_rules(spark, idle, [*load_rules(), *rule_set(1)])
+            fixed = per_batch(spark, idle, args, clock)
+        report(costs, fixed, args)
+    stop_session(get_spark())
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def report(costs: dict, fixed: dict, args) -> None:
+    print("\nquery             core-s/M events  core-s/batch  batch ms  planning  offsets  state commit  sink")
+    for name, cost in costs.items():
+        f = fixed.get(name, {})
+        print(
+            f"{name:<17} {cost['core_s_per_million']:>15.1f}  {f.get('core_s_per_batch', 0):>12.2f}  "
+            f"{f.get('batch', 0):>8,.0f}  {f.get('planning', 0):>8,.0f}  {f.get('offsets', 0):>7,.0f}  "
+            f"{f.get('state_commit', 0):>12,.0f}  {f.get('sink', 0):>4,.0f}"
+        )
+    per_event_core_s = sum(c["core_s_per_million"] for c in costs.values()) / 1e6
+    per_batch_core_s = sum(f.get("core_s_per_batch", 0) for f in fixed.values())
+    print(f"\nall queries: {per_event_core_s * 1e6:.1f} core-s per million events + {per_batch_core_s:.2f} core-s per "
+          "trigger")  # fmt: skip
+    print("cores needed = rate x per-event cost + per-trigger cost / trigger interval:")
+    print("  events/s    trigger 10 s   trigger 60 s")
+    for rate in (1_000, 4_000, 10_000, 50_000):
+        need = [rate * per_event_core_s + per_batch_core_s / parse_duration(t) for t in ("10 seconds", "60 seconds")]
+        print(f"  {rate:>8,}    {need[0]:>10.2f}   {need[1]:>12.2f}")
+
+
+if __name__ == "__main__":
+    main()
