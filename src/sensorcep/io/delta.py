@@ -70,8 +70,24 @@ def _save(writer: DataFrameWriter, table: Table, spark: SparkSession) -> None:
     # the files are ours to place (paths, or the local catalog): an append to the location, then the name, if any,
     # registered there under the registry's lock. A create-table-as-select by name would race the registry's own
     # CREATE TABLE in another thread, and would refuse a folder a crashed first write left without a Delta log.
-    writer.save(table.location)
+    retry_first_commit_race(lambda: writer.save(table.location))
     tables.register(spark, table)
+
+
+#: what Delta says when two writers create the same table at once (e.g. two queries' first batches to late_events)
+CREATION_RACE = ("DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED")
+
+
+def retry_first_commit_race(save, attempts: int = 3) -> None:
+    """Run ``save``; when it lost the race to create the table to another writer (:data:`CREATION_RACE`), run it again:
+    the losing commit wrote nothing, and the table now exists. Any other error is raised as it is."""
+    for attempt in range(1, attempts + 1):
+        try:
+            save()
+            return
+        except Exception as error:  # Py4JJavaError or pyspark's captured exception: the message names Delta's error
+            if attempt == attempts or not any(code in str(error) for code in CREATION_RACE):
+                raise
 
 
 def table_exists(table: Table | str, spark: SparkSession) -> bool:
