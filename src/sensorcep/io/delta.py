@@ -78,7 +78,11 @@ def _save(writer: DataFrameWriter, table: Table, spark: SparkSession) -> None:
 CREATION_RACE = ("DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED")
 
 
-def retry_first_commit_race(save, attempts: int = 3) -> None:
+#: a read-then-append that lost to another writer's append in a partition it read (late_events' once-only check)
+CONCURRENT_APPEND = ("DELTA_CONCURRENT_APPEND",)
+
+
+def retry_first_commit_race(save, attempts: int = 3, codes: tuple[str, ...] = CREATION_RACE) -> None:
     """Run ``save``; when it lost the race to create the table to another writer (:data:`CREATION_RACE`), run it again:
     the losing commit wrote nothing, and the table now exists. Any other error is raised as it is."""
     for attempt in range(1, attempts + 1):
@@ -86,7 +90,7 @@ def retry_first_commit_race(save, attempts: int = 3) -> None:
             save()
             return
         except Exception as error:  # Py4JJavaError or pyspark's captured exception: the message names Delta's error
-            if attempt == attempts or not any(code in str(error) for code in CREATION_RACE):
+            if attempt == attempts or not any(code in str(error) for code in codes):
                 raise
 
 

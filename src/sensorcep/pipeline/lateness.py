@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from sensorcep.io import delta
 from sensorcep.io.lake import Tables
 from sensorcep.pipeline import parsing
 from sensorcep.pipeline.streaming import writer_id
@@ -97,12 +98,18 @@ def late_event_writer(
                 F.lit(batch_id).cast("long").alias("batch_id"),
                 F.to_date("_in.event_time").alias("part_date"),
             )
-            lake.append_batch(
-                not_held(late, lake, settings.query_name(query)) if input_repeats else late,
-                "late_events",
-                writer_id(settings, query, "late"),
-                batch_id,
-                ["part_date"],
+            # with input_repeats, the append follows a read of late_events: another query's append to a partition
+            # it read fails it (Delta's conflict check), and it is simply done again (the batch id keeps it once)
+            delta.retry_first_commit_race(
+                lambda: lake.append_batch(
+                    not_held(late, lake, settings.query_name(query)) if input_repeats else late,
+                    "late_events",
+                    writer_id(settings, query, "late"),
+                    batch_id,
+                    ["part_date"],
+                ),
+                attempts=5,
+                codes=delta.CONCURRENT_APPEND,
             )
             if "_bad" in kept.columns:
                 bad = parsing.quarantine_rows(kept.where(F.col("_bad").isNotNull()).select("_bad.*"))
