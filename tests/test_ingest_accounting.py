@@ -153,3 +153,29 @@ def test_a_replayed_batch_after_a_reset_reading_from_the_start_adds_nothing(spar
             "duplicate_events": 3,
         }
     )
+
+
+def test_a_reset_that_reads_the_topic_again_in_small_batches_adds_nothing_in_any_of_them(spark, settings):
+    """After a reset that reads the whole topic again, every batch of the new run repeats records the tables hold,
+    not only its first: the check against what each table held when the run began covers them all."""
+    valid = _records(_gateway("d1", 20, NOW, timedelta(0)) + _gateway("d1", 4, NOW, timedelta(minutes=1)))
+    junk = pd.DataFrame({"key": [b"gw"] * 6, "value": [b"{not json"] * 6, "timestamp_ms": [valid.timestamp_ms[0]] * 6})
+    create_topics(settings.kafka_bootstrap_servers, [settings.events_topic], partitions=2)
+    mixed = pd.concat([valid, junk]).sample(frac=1, random_state=7)  # junk and re-sends spread over every batch
+    simulator.produce_records(mixed, settings.kafka_bootstrap_servers, settings.events_topic)
+    ingest.start_ingest(spark, settings)
+    names = ("bronze_events", "duplicate_events", "quarantine_events")
+    before = {n: len(_table(settings, n, ["offset"])) for n in names}
+    assert before == {"bronze_events": 20, "duplicate_events": 4, "quarantine_events": 6}
+
+    shutil.rmtree(settings.checkpoint_path("ingest"))
+    from sensorcep.io.kafka import read_kafka
+    from sensorcep.pipeline.streaming import run_available_now
+
+    small = settings.replace(max_offsets_per_trigger=4)
+    raw = read_kafka(spark, small, small.events_topic, starting_offsets="earliest")
+    query = run_available_now(
+        ingest.bronze_stream(raw, small), small, "ingest", foreach_batch=ingest.write_ingest_batch(small, [])
+    )
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) >= 5, "the topic was read in small batches"
+    assert {n: len(_table(settings, n, ["offset"])) for n in names} == before

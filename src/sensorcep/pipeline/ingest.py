@@ -16,6 +16,7 @@ from sensorcep.io.lake import Tables
 from sensorcep.pipeline import queries
 from sensorcep.pipeline.parsing import RECORD_KEY, parse_events, quarantine_rows
 from sensorcep.pipeline.streaming import checkpoint_exists, launch
+from sensorcep.runtime import in_background
 from sensorcep.settings import Settings
 
 QUERY = "ingest"
@@ -119,17 +120,20 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
     of the batch's event-time range (Delta skips the files and ``part_date`` partitions outside it). A record whose
     own coordinates a table already holds was written by an earlier attempt of this batch (a replay): it goes nowhere
     again, so the three writes are idempotent without writer ids, also across a checkpoint reset. Each write is a
-    blind append (no MERGE: nothing to re-read but the batch's own offset range, which Delta's file statistics find
-    at once), and empty sides are not written. Quarantine and duplicates are written first; bronze is appended last,
-    so bronze's highest offset per partition marks completed batches (:func:`resume_offsets`).
+    blind append (no MERGE), and empty sides are not written.
+
+    Order: the quarantine append runs in the background while the batch is ranked; the duplicates are appended, the
+    quarantine append awaited, and bronze is appended last, so bronze's highest offset per partition marks completed
+    batches (:func:`resume_offsets`).
     """
     columns = [*BRONZE_COLUMNS, *settings.extra_field_names, *extra_columns, "ingest_time", "part_date"]
     existing: set[str] = set()  # tables seen to exist: a running query's tables do not go away
+    fences: dict[str, Fence] = {}  # per table, what it held when this run first wrote it
 
     def write(batch: DataFrame, batch_id: int) -> None:
         lake = KnownTables(batch.sparkSession, settings, existing)
         batch = batch.withColumn("ingest_time", F.current_timestamp()).persist()
-        judged = None
+        judged = quarantined = None
         try:
             span = _span(batch)  # the one pass that parses (and caches) the batch
             if span.bad:
@@ -138,7 +142,9 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
                     .withColumnRenamed("raw_value", "value")
                     .withColumn("key", F.lit(None).cast("binary"))
                 )
-                _append_unheld(lake, bad, "quarantine_events", span.offsets)
+                quarantined = in_background(
+                    batch.sparkSession, lambda: _append_unheld(lake, bad, "quarantine_events", span, fences)
+                )
             good = batch.where(F.col("reason").isNull()).withColumn("part_date", F.to_date("event_time"))
             if span.good:
                 judged = _judge(good, lake, span.lo, span.hi).persist()
@@ -148,12 +154,17 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
                 ).first()
                 if counts["duplicates"]:
                     dups = judged.where("_duplicate").select(*DUPLICATE_COLUMNS)
-                    _append_unheld(lake, dups, "duplicate_events", span.offsets)
+                    _append_unheld(lake, dups, "duplicate_events", span, fences)
+            if quarantined is not None:
+                quarantined.result()  # before bronze: its highest offsets mark a completed batch
+                quarantined = None
             if judged is not None and counts["new"]:
                 lake.write(judged.where("_new").select(*columns), "bronze_events", "append", ["part_date"])
             elif not lake.exists("bronze_events"):  # no valid event; the first batch still creates bronze (empty)
                 lake.write(good.select(*columns).limit(0), "bronze_events", "append", ["part_date"])
         finally:
+            if quarantined is not None:  # the batch failed first: its cache stays until the append is done
+                quarantined.exception()
             if judged is not None:
                 judged.unpersist()
             batch.unpersist()
@@ -174,16 +185,26 @@ class KnownTables(Tables):
         return name in self.existing
 
 
+#: a table's highest Kafka offset per (topic, partition)
+Fence = dict[tuple[str, int], int]
+
+
 @dataclass(frozen=True)
 class BatchSpan:
     """What one pass over a batch tells: its valid and bad records, its valid events' time range, and the Kafka
-    offsets it covers (a Column: true for a row of a table whose coordinates fall in them)."""
+    offsets it covers: ``ranges`` (first and last offset per (topic, partition)) and ``offsets`` (a Column: true for a
+    row of a table whose coordinates fall in them)."""
 
     good: int
     bad: int
     lo: object
     hi: object
+    ranges: dict[tuple[str, int], tuple[int, int]]
     offsets: Column
+
+    def reaches(self, fence: Fence) -> bool:
+        """Whether the batch starts at or before an offset the table held: it may repeat records it holds."""
+        return any(first <= fence.get(where, -1) for where, (first, _) in self.ranges.items())
 
 
 def _span(batch: DataFrame) -> BatchSpan:
@@ -213,17 +234,30 @@ def _span(batch: DataFrame) -> BatchSpan:
         bad=sum(row["bad"] for row in rows),
         lo=min(times[0], default=None),
         hi=max(times[1], default=None),
+        ranges={(row["topic"], row["partition"]): (row["first"], row["last"]) for row in rows},
         offsets=offsets,
     )
 
 
-def _append_unheld(lake: Tables, rows: DataFrame, name: str, offsets: Column) -> None:
-    """Append the rows whose Kafka coordinates the table does not hold yet: a replayed batch finds its rows (only the
-    batch's own offset range is read; the table's file statistics on ``offset`` skip the rest)."""
-    if lake.exists(name):
-        held = lake.read(name).where(offsets).select(*RECORD_KEY)
+def _append_unheld(lake: Tables, rows: DataFrame, name: str, span: BatchSpan, fences: dict[str, Fence]) -> None:
+    """Append the rows whose Kafka coordinates the table does not hold yet.
+
+    Only a batch that reaches into what the table held when this run first wrote it can repeat rows (a batch
+    replayed after a crash, or read again after a checkpoint reset: always the run's first batches); for those,
+    the batch's own offset range is read back (the table's file statistics on ``offset`` skip the rest) and left
+    out. The fence is asked once per run and table; the run's own batches never overlap one another.
+    """
+    if name not in fences:
+        fences[name] = _held_offsets(lake, name) if lake.exists(name) else {}
+    if span.reaches(fences[name]):
+        held = lake.read(name).where(span.offsets).select(*RECORD_KEY)
         rows = rows.join(held, RECORD_KEY, "left_anti")
     lake.write(rows, name, "append", ["part_date"])
+
+
+def _held_offsets(lake: Tables, name: str) -> Fence:
+    rows = lake.read(name).groupBy("topic", "partition").agg(F.max("offset").alias("last")).collect()
+    return {(row["topic"], row["partition"]): row["last"] for row in rows}
 
 
 def _judge(good: DataFrame, lake: Tables, lo, hi) -> DataFrame:
