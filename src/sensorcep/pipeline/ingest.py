@@ -292,12 +292,12 @@ def _judge(good: DataFrame, lake: Tables, lo, hi) -> DataFrame:
         & (F.col("_b_offset") == F.col("offset"))
     )
     return ranked.select(
-        "*",
+        *[c for c in good.columns if c not in ("reason", "raw_value")],  # a valid record has neither
         (~in_bronze & (F.col("_copy") == 1)).alias("_new"),
         ((in_bronze & ~itself) | (~in_bronze & (F.col("_copy") > 1))).alias("_duplicate"),
         F.coalesce("_b_partition", "_first_partition").alias("duplicate_of_partition"),
         F.coalesce("_b_offset", "_first_offset").alias("duplicate_of_offset"),
-    )
+    )  # the ranking's helpers are left out: the result is cached, and only what is written is kept
 
 
 def resume_offsets(spark: SparkSession, settings: Settings) -> str:
