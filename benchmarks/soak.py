@@ -142,12 +142,21 @@ def minute_row(
     }
 
 
+#: the real-time alert query's batch length in a soak: its lag is seen once per batch
+REALTIME_REPORT_EVERY = "30 seconds"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=int, default=10)
     parser.add_argument("--rate", type=int, default=4_000, help="events per second")
     parser.add_argument("--trigger", default="10 seconds", help="ingest, sampling and device-activity trigger")
-    parser.add_argument("--alerts-trigger", default="0 seconds")
+    parser.add_argument(
+        "--alerts-trigger",
+        default="0 seconds",
+        help="alerts trigger; `realtime` runs as `realtime:30 seconds` here (a real-time batch reports its progress, "
+        "and so its lag, once, at its end: 5 minutes by default)",
+    )
     parser.add_argument("--drain-timeout", type=int, default=600, help="seconds to wait for every query to catch up")
     parser.add_argument(
         "--queries", default=",".join(STARTERS), help="comma-separated subset, to see what one query costs on its own"
@@ -157,6 +166,8 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown --queries {sorted(unknown)}; choose from {', '.join(STARTERS)}")
 
+    if args.alerts_trigger.strip() == "realtime":
+        args.alerts_trigger = f"realtime:{REALTIME_REPORT_EVERY}"
     run = uuid.uuid4().hex[:8]
     settings = env_settings(
         events_topic=f"soak-events-{run}",

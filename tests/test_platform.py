@@ -304,20 +304,3 @@ def test_locally_no_feature_is_refused_and_open_source_connect_real_time_is_one_
     assert [runtime.missing(f, FakeConnectSession()) for f in [*features, runtime.TRANSFORM_WITH_STATE]] == [None] * 4
     with pytest.raises(runtime.RealTimeUnavailableError, match=r"open-source Spark Connect session has neither"):
         runtime.set_trigger(FakeWriter(FakeConnectSession()), {"realTime": "5 seconds"})
-
-
-def test_background_spark_work_keeps_the_callers_pool_and_hands_back_its_result_or_its_error(spark):
-    from pyspark.errors import AnalysisException
-
-    from sensorcep.runtime import in_background
-
-    context = spark.sparkContext
-    context.setLocalProperty("spark.scheduler.pool", "background-test")
-    try:
-        done = in_background(spark, lambda: (context.getLocalProperty("spark.scheduler.pool"), spark.range(7).count()))
-        assert done.result(timeout=120) == ("background-test", 7)
-        failed = in_background(spark, lambda: spark.table("no_such_table_anywhere").collect())
-        with pytest.raises(AnalysisException):
-            failed.result(timeout=120)
-    finally:
-        context.setLocalProperty("spark.scheduler.pool", None)

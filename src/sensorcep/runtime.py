@@ -12,20 +12,15 @@ from __future__ import annotations
 
 import os
 import re
-import threading
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib.metadata import entry_points
-from typing import TypeVar
 
-from pyspark import SparkContext, inheritable_thread_target
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from sensorcep.errors import SensorCepError
-
-T = TypeVar("T")
 
 OSS_ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 DATABRICKS_ROCKSDB_PROVIDER = "com.databricks.sql.streaming.state.RocksDBStateStoreProvider"
@@ -267,23 +262,6 @@ def classic_context(spark):
         return None
 
     return SparkContext.getOrCreate()
-
-
-def in_background(spark, work: Callable[[], T]) -> Future[T]:
-    """Run ``work`` (Spark calls) in a thread of its own: its jobs run beside the caller's and keep the caller's
-    scheduler pool and job tags (pinned-thread mode classic, and Spark Connect). ``result()`` returns or raises."""
-    inherit = inheritable_thread_target(spark)  # the caller's local properties and tags, as they are now
-    target = work if inherit is spark else inherit(work)  # (the session itself: no pinned threads, nothing to keep)
-    future: Future[T] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(target())
-        except BaseException as exc:  # handed to whoever waits on the future
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="sensorcep-background", daemon=True).start()
-    return future
 
 
 def session_alive(spark) -> bool:

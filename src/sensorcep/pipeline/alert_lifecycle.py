@@ -32,7 +32,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 
 from sensorcep.io.kafka import read_kafka, write_kafka
 from sensorcep.io.lake import Tables
-from sensorcep.pipeline import lateness, queries
+from sensorcep.pipeline import lateness, queries, timers
 from sensorcep.pipeline.alerts import ALERT_SCHEMA, ANOMALY_FIELDS, read_alerts
 from sensorcep.pipeline.parsing import KAFKA_COORDINATES, record_columns, seconds_interval
 from sensorcep.pipeline.streaming import launch, materialized, writer_id
@@ -93,7 +93,7 @@ class IncidentMachine(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.state = handle.getValueState("state", STATE_SCHEMA)
-        self._passes: set[tuple] = set()
+        self.passes = timers.Passes()
 
     def _policy(self, key) -> lifecycle.Policy:
         return self.by_rule.get(key[0], self.by_rule[""])
@@ -111,10 +111,7 @@ class IncidentMachine(StatefulProcessor):
         deadline = lifecycle.next_deadline_us(incident, self._policy(key))
         if deadline is not None:
             deadlines.append(deadline)
-        if deadlines:
-            timer_ms = -(-min(deadlines) // 1000)  # the first watermark (ms) at or after the deadline (µs)
-            if timer_ms not in set(self.handle.listTimers()):
-                self.handle.registerTimer(timer_ms)
+        timers.arm(self.handle, deadlines)
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
         pending, incident = self._load()
@@ -135,12 +132,9 @@ class IncidentMachine(StatefulProcessor):
         return iter([])
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
-        # every timer of a key up to the watermark expires in one batch; the first one releases all that is final
-        watermark_ms = timerValues.getCurrentWatermarkInMs()
-        this_pass = (tuple(key), timerValues.getCurrentProcessingTimeInMs(), watermark_ms)
-        if this_pass in self._passes:
+        watermark_ms = self.passes.first(key, timerValues)
+        if watermark_ms is None:
             return
-        self._passes.add(this_pass)
         pending, incident = self._load()
         watermark_us = watermark_ms * 1000
         final = [lifecycle.Input(**p) for p in pending if p["at_us"] <= watermark_us]

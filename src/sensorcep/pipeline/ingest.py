@@ -16,7 +16,6 @@ from sensorcep.io.lake import Tables
 from sensorcep.pipeline import queries
 from sensorcep.pipeline.parsing import RECORD_KEY, parse_events, quarantine_rows
 from sensorcep.pipeline.streaming import checkpoint_exists, launch
-from sensorcep.runtime import in_background
 from sensorcep.settings import Settings
 
 QUERY = "ingest"
@@ -122,9 +121,8 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
     again, so the three writes are idempotent without writer ids, also across a checkpoint reset. Each write is a
     blind append (no MERGE), and empty sides are not written.
 
-    Order: the quarantine append runs in the background while the batch is ranked; the duplicates are appended, the
-    quarantine append awaited, and bronze is appended last, so bronze's highest offset per partition marks completed
-    batches (:func:`resume_offsets`).
+    Quarantine and duplicates are written first; bronze is appended last, so bronze's highest offset per partition
+    marks completed batches (:func:`resume_offsets`).
     """
     columns = [*BRONZE_COLUMNS, *settings.extra_field_names, *extra_columns, "ingest_time", "part_date"]
     existing: set[str] = set()  # tables seen to exist: a running query's tables do not go away
@@ -133,7 +131,7 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
     def write(batch: DataFrame, batch_id: int) -> None:
         lake = KnownTables(batch.sparkSession, settings, existing)
         batch = batch.withColumn("ingest_time", F.current_timestamp()).persist()
-        judged = quarantined = None
+        judged = None
         try:
             span = _span(batch)  # the one pass that parses (and caches) the batch
             if span.bad:
@@ -142,9 +140,7 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
                     .withColumnRenamed("raw_value", "value")
                     .withColumn("key", F.lit(None).cast("binary"))
                 )
-                quarantined = in_background(
-                    batch.sparkSession, lambda: _append_unheld(lake, bad, "quarantine_events", span, fences)
-                )
+                _append_unheld(lake, bad, "quarantine_events", span, fences)
             good = batch.where(F.col("reason").isNull()).withColumn("part_date", F.to_date("event_time"))
             if span.good:
                 judged = _judge(good, lake, span.lo, span.hi).persist()
@@ -155,16 +151,11 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
                 if counts["duplicates"]:
                     dups = judged.where("_duplicate").select(*DUPLICATE_COLUMNS)
                     _append_unheld(lake, dups, "duplicate_events", span, fences)
-            if quarantined is not None:
-                quarantined.result()  # before bronze: its highest offsets mark a completed batch
-                quarantined = None
             if judged is not None and counts["new"]:
                 lake.write(judged.where("_new").select(*columns), "bronze_events", "append", ["part_date"])
             elif not lake.exists("bronze_events"):  # no valid event; the first batch still creates bronze (empty)
                 lake.write(good.select(*columns).limit(0), "bronze_events", "append", ["part_date"])
         finally:
-            if quarantined is not None:  # the batch failed first: its cache stays until the append is done
-                quarantined.exception()
             if judged is not None:
                 judged.unpersist()
             batch.unpersist()

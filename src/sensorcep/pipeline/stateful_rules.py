@@ -26,7 +26,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 
 from sensorcep.io.kafka import write_kafka
 from sensorcep.io.lake import Tables
-from sensorcep.pipeline import lateness, queries
+from sensorcep.pipeline import lateness, queries, timers
 from sensorcep.pipeline.alerts import alert_id_column, kafka_columns
 from sensorcep.pipeline.ingest import bronze_event_stream
 from sensorcep.pipeline.streaming import launch, writer_id
@@ -56,7 +56,7 @@ class RuleMachine(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.state = handle.getValueState("state", STATE_SCHEMA)
-        self._passes: set[tuple] = set()
+        self.passes = timers.Passes()
 
     def _load(self) -> tuple[list, dict]:
         held = self.state.get() if self.state.exists() else None
@@ -71,10 +71,7 @@ class RuleMachine(StatefulProcessor):
         absence = sequential.next_deadline_us(self.rules, memory)
         if absence is not None:
             deadlines.append(absence)
-        if deadlines:
-            timer_ms = -(-min(deadlines) // 1000)  # the first watermark (ms) at or after the deadline (µs)
-            if timer_ms not in set(self.handle.listTimers()):
-                self.handle.registerTimer(timer_ms)
+        timers.arm(self.handle, deadlines)
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
         device = key[0]
@@ -90,12 +87,9 @@ class RuleMachine(StatefulProcessor):
         return iter([])
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
-        # every timer of a key up to the watermark expires in one batch; the first one releases all that is final
-        watermark_ms = timerValues.getCurrentWatermarkInMs()
-        this_pass = (tuple(key), timerValues.getCurrentProcessingTimeInMs(), watermark_ms)
-        if this_pass in self._passes:
+        watermark_ms = self.passes.first(key, timerValues)
+        if watermark_ms is None:
             return
-        self._passes.add(this_pass)
         pending, memory = self._load()
         watermark_us = watermark_ms * 1000
         final = [e for e in pending if e[0] <= watermark_us]

@@ -1,0 +1,37 @@
+"""Event-time timers of the Python stateful processors (``transformWithStateInPandas``): the lifecycle's incidents
+and the stateful rules wait for the watermark the same way.
+
+A key keeps one timer, at the first watermark at or after its earliest deadline (:func:`arm`). When the watermark
+passes several of a key's timers, Spark expires them all in one batch; the first expiry of that pass releases
+everything that is final and the others do nothing (:class:`Passes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+def arm(handle, deadlines_us: Iterable[int]) -> None:
+    """Register a timer at the first watermark (ms) at or after the earliest deadline (µs), unless the key has it."""
+    deadlines_us = list(deadlines_us)
+    if not deadlines_us:
+        return
+    timer_ms = -(-min(deadlines_us) // 1000)
+    if timer_ms not in set(handle.listTimers()):
+        handle.registerTimer(timer_ms)
+
+
+class Passes:
+    """The (key, batch, watermark) passes a processor has released."""
+
+    def __init__(self) -> None:
+        self._seen: set[tuple] = set()
+
+    def first(self, key, timer_values) -> int | None:
+        """The watermark (ms) if this expiry is the key's first in this pass, else None (already released)."""
+        watermark_ms = timer_values.getCurrentWatermarkInMs()
+        this_pass = (tuple(key), timer_values.getCurrentProcessingTimeInMs(), watermark_ms)
+        if this_pass in self._seen:
+            return None
+        self._seen.add(this_pass)
+        return watermark_ms
