@@ -92,6 +92,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=250_000, help="max_offsets_per_trigger")
+    parser.add_argument(
+        "--steps", action="store_true", help="also time each step inside every ingest micro-batch (its foreachBatch)"
+    )
     args = parser.parse_args()
 
     base = tempfile.mkdtemp(prefix="sensorcep-bench-")
@@ -112,6 +115,7 @@ def measure(args, settings, topic: str) -> None:
     raw = raw_consume_rate(settings.kafka_bootstrap_servers, topic, args.events)
     spark = get_spark()
     noop = spark_noop_rate(spark, settings, args.events)
+    steps = time_steps() if args.steps else None
     started = time.perf_counter()
     query = ingest.start_ingest(spark, settings)
     elapsed = time.perf_counter() - started
@@ -134,6 +138,56 @@ def measure(args, settings, topic: str) -> None:
             f"  batch {p['batchId']:>3}: {p['batchDuration']:>6,} ms  "
             f"(latestOffset {d.get('latestOffset', 0)} ms, addBatch {d.get('addBatch', 0)} ms)"
         )
+    if steps:
+        print("inside each micro-batch (s): " + ", ".join(STEPS))
+        for i, step in enumerate(steps):
+            print(f"  batch {i:>3}: " + "  ".join(f"{step.get(name, 0.0):6.2f}" for name in STEPS))
+
+
+#: ingest's steps in a micro-batch, as --steps reports them (the ranking: the rest of the batch)
+STEPS = [
+    "read+parse+cache",
+    "append quarantine_events",
+    "append duplicate_events",
+    "append bronze_events",
+    "ranking+other",
+    "total",
+]
+
+
+def time_steps() -> list[dict]:
+    """Wrap ingest's batch steps with timers (a classic session runs foreachBatch in this process): one dict of
+    seconds per step for every micro-batch, filled while the query runs."""
+    batches: list[dict] = []
+
+    def timed(fn, label):
+        def run(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                name = label(*args) if callable(label) else label
+                batches[-1][name] = batches[-1].get(name, 0.0) + time.perf_counter() - started
+
+        return run
+
+    ingest._span = timed(ingest._span, "read+parse+cache")
+    ingest.KnownTables.write = timed(ingest.KnownTables.write, lambda _lake, _df, name, *rest: f"append {name}")
+    batch_writer = ingest.write_ingest_batch
+
+    def write_ingest_batch(*args, **kwargs):
+        write = batch_writer(*args, **kwargs)
+
+        def each(batch, batch_id):
+            batches.append({})
+            timed(write, "total")(batch, batch_id)
+            done = batches[-1]
+            done["ranking+other"] = done["total"] - sum(v for k, v in done.items() if k != "total")
+
+        return each
+
+    ingest.write_ingest_batch = write_ingest_batch
+    return batches
 
 
 if __name__ == "__main__":
