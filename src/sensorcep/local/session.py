@@ -67,6 +67,9 @@ def local_spark_conf(cores: int | None = None) -> dict[str, str]:
         # a micro-batch's cache lives for one batch: compressing it costs more CPU than it saves (measured here:
         # 250,000 Kafka records parsed as ingest parses them and cached, in a one-off batch-mode run: 1.9 s, not 2.3 s)
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
+        # generated classes are cached by their code: Spark keeps 100, fewer than one ingest micro-batch's plans need
+        # with the other queries' beside them, so each batch compiled most of them again
+        "spark.sql.codegen.cache.maxEntries": "1000",
     }
 
 

@@ -130,7 +130,7 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
 
     def write(batch: DataFrame, batch_id: int) -> None:
         lake = KnownTables(batch.sparkSession, settings, existing)
-        batch = batch.withColumn("ingest_time", F.current_timestamp()).persist()
+        batch = batch.persist()
         judged = None
         try:
             span = _span(batch)  # the one pass that parses (and caches) the batch
@@ -149,18 +149,24 @@ def write_ingest_batch(settings: Settings, extra_columns: list[str]):
                     F.count(F.when(F.col("_duplicate"), 1)).alias("duplicates"),
                 ).first()
                 if counts["duplicates"]:
-                    dups = judged.where("_duplicate").select(*DUPLICATE_COLUMNS)
+                    dups = _stamped(judged.where("_duplicate")).select(*DUPLICATE_COLUMNS)
                     _append_unheld(lake, dups, "duplicate_events", span, fences)
             if judged is not None and counts["new"]:
-                lake.write(judged.where("_new").select(*columns), "bronze_events", "append", ["part_date"])
+                lake.write(_stamped(judged.where("_new")).select(*columns), "bronze_events", "append", ["part_date"])
             elif not lake.exists("bronze_events"):  # no valid event; the first batch still creates bronze (empty)
-                lake.write(good.select(*columns).limit(0), "bronze_events", "append", ["part_date"])
+                lake.write(_stamped(good).select(*columns).limit(0), "bronze_events", "append", ["part_date"])
         finally:
             if judged is not None:
                 judged.unpersist()
             batch.unpersist()
 
     return write
+
+
+def _stamped(rows: DataFrame) -> DataFrame:
+    """+ ``ingest_time``, added as a table is written, not before the batch is cached: the time is a literal in the
+    generated code, and in the cached plan it made Spark compile the parsing code again every micro-batch."""
+    return rows.withColumn("ingest_time", F.current_timestamp())
 
 
 class KnownTables(Tables):
