@@ -112,3 +112,30 @@ def settings(tmp_path, request):
         acks_topic=f"ack-{name}",
         max_offsets_per_trigger=1_000,
     )
+
+
+#: a two-task job (the second depends on the first) for the local job runner's tests; notebooks: the test's own
+TINY_JOB = """
+resources:
+  jobs:
+    tiny:
+      parameters:
+        - name: events_topic
+          default: tiny-events
+      tasks:
+        - task_key: first
+          notebook_task: {notebook_path: ../notebooks/first.ipynb}
+        - task_key: second
+          depends_on: [{task_key: first}]
+          notebook_task: {notebook_path: ../notebooks/second.ipynb}
+"""
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    """A tiny bundle in ``tmp_path``: databricks.yml, bundles/tiny.job.yml (:data:`TINY_JOB`), an empty notebooks/."""
+    (tmp_path / "databricks.yml").write_text("bundle:\n  name: tiny\n")
+    (tmp_path / "bundles").mkdir()
+    (tmp_path / "bundles" / "tiny.job.yml").write_text(TINY_JOB)
+    (tmp_path / "notebooks").mkdir()
+    return tmp_path

@@ -5,33 +5,9 @@ import pytest
 
 from sensorcep.local import jobs
 
-JOB = """
-resources:
-  jobs:
-    tiny:
-      parameters:
-        - name: events_topic
-          default: tiny-events
-      tasks:
-        - task_key: first
-          notebook_task: {notebook_path: ../notebooks/first.ipynb}
-        - task_key: second
-          depends_on: [{task_key: first}]
-          notebook_task: {notebook_path: ../notebooks/second.ipynb}
-"""
-
 
 def _notebook(path, *cells):
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
-
-
-@pytest.fixture
-def bundle(tmp_path):
-    (tmp_path / "databricks.yml").write_text("bundle:\n  name: tiny\n")
-    (tmp_path / "bundles").mkdir()
-    (tmp_path / "bundles" / "tiny.job.yml").write_text(JOB)
-    (tmp_path / "notebooks").mkdir()
-    return tmp_path
 
 
 def test_each_notebook_is_saved_with_its_outputs_and_its_console_beside_it(bundle, tmp_path):

@@ -13,7 +13,6 @@ from pathlib import Path
 import nbformat
 import pytest
 from streams import batch_stream, events, write_batches
-from test_local_jobs import JOB
 
 from sensorcep.local import jobs, run_report
 from sensorcep.observability.health import Verdict
@@ -105,15 +104,6 @@ def rendered(page: Path) -> Page:
 def _notebook(path, *cells):
     heading = nbformat.v4.new_markdown_cell(f"# The {path.stem} step")
     nbformat.write(nbformat.v4.new_notebook(cells=[heading, *map(nbformat.v4.new_code_cell, cells)]), path)
-
-
-@pytest.fixture
-def bundle(tmp_path):
-    (tmp_path / "databricks.yml").write_text("bundle:\n  name: tiny\n")
-    (tmp_path / "bundles").mkdir()
-    (tmp_path / "bundles" / "tiny.job.yml").write_text(JOB)
-    (tmp_path / "notebooks").mkdir()
-    return tmp_path
 
 
 def test_a_run_is_rendered_as_pages_a_browser_shows_with_the_tasks_outputs_and_health_verdicts(
