@@ -115,7 +115,7 @@ def measure(args, settings, topic: str) -> None:
     raw = raw_consume_rate(settings.kafka_bootstrap_servers, topic, args.events)
     spark = get_spark()
     noop = spark_noop_rate(spark, settings, args.events)
-    steps = time_steps() if args.steps else None
+    steps = time_steps(spark) if args.steps else None
     started = time.perf_counter()
     query = ingest.start_ingest(spark, settings)
     elapsed = time.perf_counter() - started
@@ -139,9 +139,10 @@ def measure(args, settings, topic: str) -> None:
             f"(latestOffset {d.get('latestOffset', 0)} ms, addBatch {d.get('addBatch', 0)} ms)"
         )
     if steps:
-        print("inside each micro-batch (s): " + ", ".join(STEPS))
+        print("inside each micro-batch (s): " + ", ".join(STEPS) + "; and how many classes Spark compiled")
         for i, step in enumerate(steps):
-            print(f"  batch {i:>3}: " + "  ".join(f"{step.get(name, 0.0):6.2f}" for name in STEPS))
+            times = "  ".join(f"{step.get(name, 0.0):6.2f}" for name in STEPS)
+            print(f"  batch {i:>3}: {times}  {step['compiled']:>4} compiled")
 
 
 #: ingest's steps in a micro-batch, as --steps reports them (the ranking: the rest of the batch)
@@ -155,10 +156,12 @@ STEPS = [
 ]
 
 
-def time_steps() -> list[dict]:
+def time_steps(spark) -> list[dict]:
     """Wrap ingest's batch steps with timers (a classic session runs foreachBatch in this process): one dict of
-    seconds per step for every micro-batch, filled while the query runs."""
+    seconds per step for every micro-batch, filled while the query runs, with ``compiled``: the classes Spark generated
+    and compiled during the batch (its codegen metric; a class found in Spark's codegen cache is not counted)."""
     batches: list[dict] = []
+    compilations = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
 
     def timed(fn, label):
         def run(*args, **kwargs):
@@ -180,9 +183,11 @@ def time_steps() -> list[dict]:
 
         def each(batch, batch_id):
             batches.append({})
+            compiled = compilations.getCount()
             timed(write, "total")(batch, batch_id)
             done = batches[-1]
             done["ranking+other"] = done["total"] - sum(v for k, v in done.items() if k != "total")
+            done["compiled"] = compilations.getCount() - compiled
 
         return each
 
