@@ -21,6 +21,7 @@ import tempfile
 import time
 import uuid
 from datetime import datetime, timezone
+from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -113,7 +114,8 @@ def measure(args, settings, topic: str) -> None:
     simulator.produce(sim, settings.kafka_bootstrap_servers, topic, progress=True)
 
     raw = raw_consume_rate(settings.kafka_bootstrap_servers, topic, args.events)
-    spark = get_spark()
+    event_log = Path(settings.base_path) / "spark-events"  # --steps: how much of each step Spark's jobs took
+    spark = get_spark(extra_conf=event_log_conf(event_log) if args.steps else ())
     noop = spark_noop_rate(spark, settings, args.events)
     steps = time_steps(spark) if args.steps else None
     started = time.perf_counter()
@@ -143,6 +145,17 @@ def measure(args, settings, topic: str) -> None:
         for i, step in enumerate(steps):
             times = "  ".join(f"{step.get(name, 0.0):6.2f}" for name in STEPS)
             print(f"  batch {i:>3}: {times}  {step['compiled']:>4} compiled")
+        in_jobs = job_seconds(event_log)
+        print(
+            "of which in Spark jobs (s; the rest ran on the driver between jobs: planning, code generation, "
+            "Delta's commits, Python):"
+        )
+        for i, step in enumerate(steps):
+            jobs = in_jobs.get(i, {})
+            times = "  ".join(f"{jobs.get(name, 0.0):6.2f}" for name in STEPS[:-1])
+            spent = sum(jobs.values())
+            print(f"  batch {i:>3}: {times}  {spent:6.2f}  ({spent / step['total']:.0%} of the batch)")
+    spark.stop()  # before the scratch folder (and the event log in it) is removed
 
 
 #: ingest's steps in a micro-batch, as --steps reports them (the ranking: the rest of the batch)
@@ -156,21 +169,32 @@ STEPS = [
 ]
 
 
+#: the Spark job properties that tie a job to its ingest micro-batch and step (set by --steps' timers)
+BATCH_PROPERTY, STEP_PROPERTY = "sensorcep.bench.batch", "sensorcep.bench.step"
+
+
 def time_steps(spark) -> list[dict]:
     """Wrap ingest's batch steps with timers (a classic session runs foreachBatch in this process): one dict of
     seconds per step for every micro-batch, filled while the query runs, with ``compiled``: the classes Spark generated
-    and compiled during the batch (its codegen metric; a class found in Spark's codegen cache is not counted)."""
+    and compiled during the batch (its codegen metric; a class found in Spark's codegen cache is not counted).
+
+    Each step also marks the Spark jobs it runs (local properties, which Spark's event log keeps with every job), so
+    :func:`job_seconds` can tell how much of the step its jobs took."""
     batches: list[dict] = []
     compilations = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    context = spark.sparkContext
 
     def timed(fn, label):
         def run(*args, **kwargs):
+            name = label(*args) if callable(label) else label
+            outer = context.getLocalProperty(STEP_PROPERTY)
+            context.setLocalProperty(STEP_PROPERTY, "ranking+other" if name == "total" else name)
             started = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                name = label(*args) if callable(label) else label
                 batches[-1][name] = batches[-1].get(name, 0.0) + time.perf_counter() - started
+                context.setLocalProperty(STEP_PROPERTY, outer)
 
         return run
 
@@ -183,6 +207,7 @@ def time_steps(spark) -> list[dict]:
 
         def each(batch, batch_id):
             batches.append({})
+            context.setLocalProperty(BATCH_PROPERTY, str(len(batches) - 1))
             compiled = compilations.getCount()
             timed(write, "total")(batch, batch_id)
             done = batches[-1]
@@ -193,6 +218,36 @@ def time_steps(spark) -> list[dict]:
 
     ingest.write_ingest_batch = write_ingest_batch
     return batches
+
+
+def event_log_conf(folder: Path) -> tuple[tuple[str, str], ...]:
+    """A session conf that makes Spark log its events (jobs, with their local properties) as plain JSON lines."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return (
+        ("spark.eventLog.enabled", "true"),
+        ("spark.eventLog.dir", folder.as_uri()),
+        ("spark.eventLog.rolling.enabled", "false"),
+        ("spark.eventLog.compress", "false"),
+    )
+
+
+def job_seconds(event_log: Path) -> dict[int, dict[str, float]]:
+    """From Spark's event log: per ingest batch and step, the seconds its Spark jobs ran (submission to completion,
+    summed). A job without a step ran in the batch between the timed steps: the ranking and the rest."""
+    started, spent = {}, {}
+    for path in event_log.iterdir():
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            if event["Event"] == "SparkListenerJobStart":
+                properties = event.get("Properties") or {}
+                if BATCH_PROPERTY in properties:
+                    where = int(properties[BATCH_PROPERTY]), properties.get(STEP_PROPERTY) or "ranking+other"
+                    started[event["Job ID"]] = where, event["Submission Time"]
+            elif event["Event"] == "SparkListenerJobEnd" and event["Job ID"] in started:
+                (batch, step), at = started.pop(event["Job ID"])
+                seconds = (event["Completion Time"] - at) / 1000
+                spent.setdefault(batch, {})[step] = spent.get(batch, {}).get(step, 0.0) + seconds
+    return spent
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """Every benchmark at least starts: a layout change that breaks one's imports fails here, not months later."""
 
+import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -18,3 +20,40 @@ def test_each_benchmark_imports_and_explains_its_options(script):
     done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("usage: "), done.stdout[:200]
+
+
+def _ingest_benchmark():
+    path = Path(__file__).parents[1] / "benchmarks" / "ingest.py"
+    spec = importlib.util.spec_from_file_location("ingest_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ingest_steps_attribute_each_spark_job_to_its_batch_and_step(tmp_path):
+    """--steps' second table: Spark's event log, with the batch and step each job was started in (local properties);
+    a job of no step counts for the ranking, and jobs of other queries (no batch property) do not count."""
+    bench = _ingest_benchmark()
+
+    def job(job_id, start_ms, end_ms, **properties):
+        return [
+            {"Event": "SparkListenerJobStart", "Job ID": job_id, "Submission Time": start_ms, "Properties": properties},
+            {"Event": "SparkListenerJobEnd", "Job ID": job_id, "Completion Time": end_ms},
+        ]
+
+    batch = {bench.BATCH_PROPERTY: "0"}
+    events = [
+        *job(1, 1_000, 3_000, **batch, **{bench.STEP_PROPERTY: "read+parse+cache"}),
+        *job(2, 3_100, 3_400, **batch, **{bench.STEP_PROPERTY: "append bronze_events"}),
+        *job(3, 3_500, 3_750, **batch, **{bench.STEP_PROPERTY: "append bronze_events"}),
+        *job(4, 3_800, 4_300, **batch),  # no step: the ranking
+        *job(5, 0, 900),  # the noop query's job: no batch
+        *job(6, 5_000, 5_500, **{bench.BATCH_PROPERTY: "1", bench.STEP_PROPERTY: "append quarantine_events"}),
+        {"Event": "SparkListenerStageCompleted"},
+    ]
+    (tmp_path / "local-1.inprogress").write_text("\n".join(json.dumps(e) for e in events))
+
+    spent = bench.job_seconds(tmp_path)
+    assert spent.keys() == {0, 1}
+    assert spent[0] == pytest.approx({"read+parse+cache": 2.0, "append bronze_events": 0.55, "ranking+other": 0.5})
+    assert spent[1] == pytest.approx({"append quarantine_events": 0.5})
