@@ -78,3 +78,15 @@ def test_future_is_relative_to_the_kafka_timestamp_so_replays_get_the_same_verdi
     )
     reasons = {r["offset"]: r["reason"] for r in parse_events(df, Settings()).collect()}
     assert reasons == {0: "event_time more than 5 minutes in the future", 1: None}
+
+
+def test_the_future_bound_is_inclusive_to_the_microsecond(spark):
+    """An event at exactly Kafka time + max_future is accepted; one millisecond later it is not."""
+    times = [(KAFKA_TIME + timedelta(minutes=5, milliseconds=ms)).isoformat() + "Z" for ms in (0, 1)]
+    values = [f'{{"device_id": "a", "sensor_freq": 1.0, "event_time": "{t}"}}' for t in times]
+    rows = [(None, value.encode(), "t", 0, i, KAFKA_TIME) for i, value in enumerate(values)]
+    df = spark.createDataFrame(
+        rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+    )
+    reasons = {r["offset"]: r["reason"] for r in parse_events(df, Settings()).collect()}
+    assert reasons == {0: None, 1: "event_time more than 5 minutes in the future"}
