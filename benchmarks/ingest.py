@@ -188,7 +188,7 @@ def time_steps(spark) -> list[dict]:
         def run(*args, **kwargs):
             name = label(*args) if callable(label) else label
             outer = context.getLocalProperty(STEP_PROPERTY)
-            context.setLocalProperty(STEP_PROPERTY, "ranking+other" if name == "total" else name)
+            context.setLocalProperty(STEP_PROPERTY, None if name == "total" else name)  # no step: the ranking
             started = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
@@ -246,7 +246,8 @@ def job_seconds(event_log: Path) -> dict[int, dict[str, float]]:
             elif event["Event"] == "SparkListenerJobEnd" and event["Job ID"] in started:
                 (batch, step), at = started.pop(event["Job ID"])
                 seconds = (event["Completion Time"] - at) / 1000
-                spent.setdefault(batch, {})[step] = spent.get(batch, {}).get(step, 0.0) + seconds
+                steps = spent.setdefault(batch, {})
+                steps[step] = steps.get(step, 0.0) + seconds
     return spent
 
 
