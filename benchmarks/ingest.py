@@ -51,8 +51,9 @@ def raw_consume_rate(bootstrap: str, topic: str, expected: int) -> float:
     return seen / elapsed
 
 
-def spark_noop_rate(spark, settings, expected: int) -> float:
-    """Spark's Kafka source alone: the topic as an availableNow stream into the noop sink, same batch size."""
+def spark_noop_rate(spark, settings, expected: int) -> tuple[float, list[dict]]:
+    """Spark's Kafka source alone: the topic as an availableNow stream into the noop sink, same batch size.
+    Its events/s over the whole run, and its micro-batches' progress."""
     from sensorcep.io.kafka import read_kafka
 
     started = time.perf_counter()
@@ -65,9 +66,19 @@ def spark_noop_rate(spark, settings, expected: int) -> float:
     )
     query.awaitTermination()
     elapsed = time.perf_counter() - started
-    read = sum(p["numInputRows"] for p in query.recentProgress)
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    read = sum(p["numInputRows"] for p in batches)
     assert read == expected, f"the noop query read {read:,} of {expected:,} records"
-    return read / elapsed
+    return read / elapsed, batches
+
+
+def full_batch_rate(batches: list[dict], batch_size: int) -> float | None:
+    """Events/s over a query's full micro-batches after its first (which pays for the JIT and, in ingest, for
+    creating the tables): records from each batch's offsets over its ``batchDuration``. None when there are none."""
+    steady = [p for p in batches[1:] if records_of(p) >= batch_size // 2]
+    if not steady:
+        return None
+    return sum(records_of(p) for p in steady) / sum(p["batchDuration"] / 1000 for p in steady)
 
 
 def records_of(progress) -> int:
@@ -116,7 +127,7 @@ def measure(args, settings, topic: str) -> None:
     raw = raw_consume_rate(settings.kafka_bootstrap_servers, topic, args.events)
     event_log = Path(settings.base_path) / "spark-events"  # --steps: how much of each step Spark's jobs took
     spark = get_spark(extra_conf=event_log_conf(event_log) if args.steps else ())
-    noop = spark_noop_rate(spark, settings, args.events)
+    noop, noop_batches = spark_noop_rate(spark, settings, args.events)
     steps = time_steps(spark) if args.steps else None
     started = time.perf_counter()
     query = ingest.start_ingest(spark, settings)
@@ -128,18 +139,20 @@ def measure(args, settings, topic: str) -> None:
     print(f"Spark Kafka -> noop         : {noop:>12,.0f} events/s")
     print(f"ingest Kafka -> bronze      : {rate:>12,.0f} events/s  ({elapsed:.1f} s)")
     # records per batch from its offsets (numInputRows counts a source row once per scan of the batch)
-    steady = [p for p in batches[1:] if records_of(p) >= args.batch // 2]  # the first batch pays for JIT
-    if steady:
-        steady_rate = sum(records_of(p) for p in steady) / sum(p["batchDuration"] / 1000 for p in steady)
-        print(f"ingest, full batches after the first: {steady_rate:>6,.0f} events/s  ({steady_rate / noop:.3f} x noop)")
+    steady_noop, steady_ingest = full_batch_rate(noop_batches, args.batch), full_batch_rate(batches, args.batch)
+    if steady_noop and steady_ingest:
+        print(f"full batches after the first: noop {steady_noop:,.0f} events/s, ingest {steady_ingest:,.0f} events/s")
+        print(f"  ingest full batches / noop whole run  : {steady_ingest / noop:.3f}")
+        print(f"  ingest full batches / noop full batches: {steady_ingest / steady_noop:.3f}")
     print(f"ratio ingest / raw          : {rate / raw:>12.3f}")
     print(f"ratio ingest / Spark noop   : {rate / noop:>12.3f}")
-    for p in batches:
-        d = p["durationMs"]
-        print(
-            f"  batch {p['batchId']:>3}: {p['batchDuration']:>6,} ms  "
-            f"(latestOffset {d.get('latestOffset', 0)} ms, addBatch {d.get('addBatch', 0)} ms)"
-        )
+    for name, query_batches in (("noop", noop_batches), ("ingest", batches)):
+        for p in query_batches:
+            d = p["durationMs"]
+            print(
+                f"  {name} batch {p['batchId']:>3}: {p['batchDuration']:>6,} ms  "
+                f"(latestOffset {d.get('latestOffset', 0)} ms, addBatch {d.get('addBatch', 0)} ms)"
+            )
     if steps:
         print("inside each micro-batch (s): " + ", ".join(STEPS) + "; and how many classes Spark compiled")
         for i, step in enumerate(steps):

@@ -57,3 +57,19 @@ def test_ingest_steps_attribute_each_spark_job_to_its_batch_and_step(tmp_path):
     assert spent.keys() == {0, 1}
     assert spent[0] == pytest.approx({"read+parse+cache": 2.0, "append bronze_events": 0.55, "ranking+other": 0.5})
     assert spent[1] == pytest.approx({"append quarantine_events": 0.5})
+
+
+def test_full_batch_rate_leaves_out_the_first_batch_and_the_short_last_one():
+    """Both queries' steady rate: records from each batch's offsets over its duration, full batches after the first."""
+    bench = _ingest_benchmark()
+
+    def batch(start: int, end: int, ms: int) -> dict:
+        offsets = lambda n: {"t": {"0": n // 2, "1": n // 2}}  # noqa: E731
+        return {
+            "batchDuration": ms,
+            "sources": [{"startOffset": offsets(start) if start else None, "endOffset": offsets(end)}],
+        }
+
+    batches = [batch(0, 100, 9_000), batch(100, 200, 1_000), batch(200, 300, 3_000), batch(300, 310, 10)]
+    assert bench.full_batch_rate(batches, 100) == pytest.approx(200 / 4.0)
+    assert bench.full_batch_rate(batches[:1], 100) is None

@@ -21,6 +21,18 @@ CASES = [
         b'{"device_id": 1.5, "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}',
         "device_id has wrong type DECIMAL(2,1)",
     ),
+    # a device_id that only looks like a number is a string; a float is the wrong type; NaN/Infinity are not JSON
+    (b'{"device_id": "+inf", "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}', None),
+    (b'{"device_id": " 7.5", "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}', None),
+    (
+        b'{"device_id": -1.5, "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}',
+        "device_id has wrong type DECIMAL(2,1)",
+    ),
+    (
+        b'{"device_id": 1.0E10, "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}',
+        "device_id has wrong type DOUBLE",
+    ),
+    (b'{"device_id": Infinity, "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}', "invalid JSON"),
     (b'{"device_id": "", "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}', "device_id is empty"),
     (b'{"device_id": null, "sensor_freq": 4.5, "event_time": "2023-04-12T10:15:03Z"}', "missing field device_id"),
     (
@@ -68,6 +80,12 @@ def test_valid_records_are_typed_and_utc(parsed):
     assert first["event_time"].isoformat() == "2023-04-12T10:15:03.120000"
     assert numeric_id["device_id"] == "377412" and numeric_id["sensor_freq"] == -1.0
     assert zoned["event_time"].isoformat() == "2023-04-12T08:15:03" and zoned["sensor_freq"] == 0.0
+
+
+def test_a_device_id_that_only_looks_like_a_number_keeps_its_text(parsed):
+    """The fast path tries a number cast only on what could be one; these strings are device ids as written."""
+    ids = {parsed[i]["device_id"] for i, (value, _) in enumerate(CASES) if value and b'"device_id": "' in value}
+    assert {"+inf", " 7.5"} <= ids
 
 
 def test_future_is_relative_to_the_kafka_timestamp_so_replays_get_the_same_verdict(spark):
