@@ -107,6 +107,12 @@ def main() -> None:
     parser.add_argument(
         "--steps", action="store_true", help="also time each step inside every ingest micro-batch (its foreachBatch)"
     )
+    parser.add_argument(
+        "--layers",
+        action="store_true",
+        help="also time the first pass over one batch-sized slice layer by layer (read, JSON, checks, cache), in batch "
+        "mode: what each layer adds per record",
+    )
     args = parser.parse_args()
 
     base = tempfile.mkdtemp(prefix="sensorcep-bench-")
@@ -168,7 +174,67 @@ def measure(args, settings, topic: str) -> None:
             times = "  ".join(f"{jobs.get(name, 0.0):6.2f}" for name in STEPS[:-1])
             spent = sum(jobs.values())
             print(f"  batch {i:>3}: {times}  {spent:6.2f}  ({spent / step['total']:.0%} of the batch)")
+    if args.layers:
+        print_layers(spark, settings, topic, min(args.batch, args.events // 2))
     spark.stop()  # before the scratch folder (and the event log in it) is removed
+
+
+def layers(raw, settings) -> list[tuple[str, object]]:
+    """The first pass of an ingest micro-batch built up layer by layer: each adds one step to the one before."""
+    from pyspark.sql import functions as F
+
+    from sensorcep.pipeline import parsing
+
+    def cached_with_span(frame):
+        def run():
+            frame.persist()
+            try:
+                ingest._span(frame)
+            finally:
+                frame.unpersist()
+
+        return run
+
+    as_text = raw.select(F.col("value").cast("string").alias("text"))
+    return [
+        ("Kafka read", raw),
+        ("+ value as text", as_text),
+        ("+ typed JSON parse", as_text.select(F.from_json("text", parsing.FAST_SCHEMA).alias("j"))),
+        ("+ the fast path's checks", parsing._stage(raw, settings)),
+        ("+ the exact path, the reason", ingest.bronze_stream(raw, settings)),
+        ("+ cache and span (ingest's pass 1)", cached_with_span(ingest.bronze_stream(raw, settings))),
+    ]
+
+
+def print_layers(spark, settings, topic: str, batch: int, repeats: int = 4) -> None:
+    """Time :func:`layers` over the topic's second ``batch``-sized slice (the topic holds at least two), each
+    ``repeats`` times into ``noop``; prints the median and what each layer adds per record."""
+    from sensorcep.io.kafka import topic_partitions
+
+    partitions = sorted(topic_partitions(settings, topic))
+    share = batch // len(partitions)
+    ranges = [{topic: {str(p): share * i for p in partitions}} for i in (1, 2)]
+    raw = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", json.dumps(ranges[0]))
+        .option("endingOffsets", json.dumps(ranges[1]))
+        .load()
+    )
+    records = raw.count()
+    print(f"the first pass layer by layer, batch mode, {records:,} records (median of {repeats} runs):")
+    before = 0.0
+    for name, frame in layers(raw, settings):
+        run = frame if callable(frame) else lambda f=frame: f.write.format("noop").mode("overwrite").save()
+        seconds = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            run()
+            seconds.append(time.perf_counter() - started)
+        median = sorted(seconds)[len(seconds) // 2]
+        print(f"  {name:<36} {median:6.2f} s  (+{(median - before) / records * 1e6:5.2f} µs per record)")
+        before = median
 
 
 #: ingest's steps in a micro-batch, as --steps reports them (the ranking: the rest of the batch)
