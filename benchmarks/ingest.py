@@ -113,7 +113,17 @@ def main() -> None:
         help="also time the first pass over one batch-sized slice layer by layer (read, JSON, checks, cache), in batch "
         "mode: what each layer adds per record",
     )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark conf for this run's session, to try a setting against the defaults (repeatable), e.g. "
+        "spark.databricks.delta.properties.defaults.checkpointInterval=100",
+    )
     args = parser.parse_args()
+    if any("=" not in each for each in args.conf):
+        parser.error("--conf takes KEY=VALUE")
 
     base = tempfile.mkdtemp(prefix="sensorcep-bench-")
     topic = f"bench-ingest-{uuid.uuid4().hex[:8]}"
@@ -132,7 +142,8 @@ def measure(args, settings, topic: str) -> None:
 
     raw = raw_consume_rate(settings.kafka_bootstrap_servers, topic, args.events)
     event_log = Path(settings.base_path) / "spark-events"  # --steps: how much of each step Spark's jobs took
-    spark = get_spark(extra_conf=event_log_conf(event_log) if args.steps else ())
+    confs = tuple(tuple(each.split("=", 1)) for each in args.conf)
+    spark = get_spark(extra_conf=(event_log_conf(event_log) if args.steps else ()) + confs)
     noop, noop_batches = spark_noop_rate(spark, settings, args.events)
     steps = time_steps(spark) if args.steps else None
     started = time.perf_counter()
