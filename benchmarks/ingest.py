@@ -186,7 +186,7 @@ def measure(args, settings, topic: str) -> None:
             spent = sum(jobs.values())
             print(f"  batch {i:>3}: {times}  {spent:6.2f}  ({spent / step['total']:.0%} of the batch)")
     if args.layers:
-        print_layers(spark, settings, topic, min(args.batch, args.events // 2))
+        print_layers(spark, settings, topic, min(args.batch, args.events // 4))  # partitions fill unevenly
     spark.stop()  # before the scratch folder (and the event log in it) is removed
 
 
@@ -218,8 +218,9 @@ def layers(raw, settings) -> list[tuple[str, object]]:
 
 
 def print_layers(spark, settings, topic: str, batch: int, repeats: int = 4) -> None:
-    """Time :func:`layers` over the topic's second ``batch``-sized slice (the topic holds at least two), each
-    ``repeats`` times into ``noop``; prints the median and what each layer adds per record."""
+    """Time :func:`layers` over the topic's second ``batch``-sized slice (``batch`` at most a quarter of the topic, so
+    that every partition holds two shares even when the keys fill them unevenly), each ``repeats`` times into ``noop``;
+    prints the median and what each layer adds per record."""
     from sensorcep.io.kafka import topic_partitions
 
     partitions = sorted(topic_partitions(settings, topic))
