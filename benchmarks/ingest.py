@@ -95,9 +95,10 @@ def _offsets(value) -> dict:
     if isinstance(value, dict):
         return value
     try:
-        return json.loads(value)
+        offsets = json.loads(value)
     except json.JSONDecodeError:
-        return ast.literal_eval(value)
+        offsets = ast.literal_eval(value)
+    return offsets or {}  # a query's first batch may start at None: the earliest offsets
 
 
 def main() -> None:
@@ -112,6 +113,12 @@ def main() -> None:
         action="store_true",
         help="also time the first pass over one batch-sized slice layer by layer (read, JSON, checks, cache), in batch "
         "mode: what each layer adds per record",
+    )
+    parser.add_argument(
+        "--floors",
+        action="store_true",
+        help="also run, after ingest, two queries on the same topic that do less than any ingest can: the parse into "
+        "noop, and the parse with one Delta append per batch (no dedup, no quarantine): the ceiling of the ratio",
     )
     parser.add_argument(
         "--conf",
@@ -163,7 +170,14 @@ def measure(args, settings, topic: str) -> None:
         print(f"  ingest full batches / noop full batches: {steady_ingest / steady_noop:.3f}")
     print(f"ratio ingest / raw          : {rate / raw:>12.3f}")
     print(f"ratio ingest / Spark noop   : {rate / noop:>12.3f}")
-    for name, query_batches in (("noop", noop_batches), ("ingest", batches)):
+    floors = run_floors(spark, settings) if args.floors else {}
+    if floors:
+        print("floors, run after ingest on the same topic (what no ingest can beat; events/s, and against noop's):")
+        for name, (whole, floor_batches) in floors.items():
+            full = full_batch_rate(floor_batches, args.batch)
+            against = f", full batches {full:,.0f} ({full / steady_noop:.3f}x)" if full and steady_noop else ""
+            print(f"  {name:<32}: whole run {whole:>9,.0f} ({whole / noop:.3f}x){against}")
+    for name, query_batches in (("noop", noop_batches), ("ingest", batches), *((n, b) for n, (_, b) in floors.items())):
         for p in query_batches:
             d = p["durationMs"]
             print(
@@ -188,6 +202,56 @@ def measure(args, settings, topic: str) -> None:
     if args.layers:
         print_layers(spark, settings, topic, min(args.batch, args.events // 4))  # partitions fill unevenly
     spark.stop()  # before the scratch folder (and the event log in it) is removed
+
+
+def run_floors(spark, settings) -> dict[str, tuple[float, list[dict]]]:
+    """Queries that do part of ingest's work, on the same topic and batch size: the whole-run events/s and the
+    micro-batches of each.
+
+    * ``parse -> noop`` parses and validates every record as ingest does, and writes nothing;
+    * ``parse -> append (foreachBatch)`` also appends the valid events to a Delta table partitioned like bronze, as
+      ingest appends (a batch write in foreachBatch), one commit per batch: no dedup, no quarantine or duplicates;
+    * ``parse -> Delta sink`` is the same append through Delta's streaming sink instead;
+    * ``no parse -> append`` appends the Kafka records as they come (bytes and coordinates), unparsed, the same way.
+
+    Every ingest that parses this JSON and keeps its events in Delta does at least the second one's work, and every
+    ingest that keeps its records in Delta at least the last one's."""
+    from pyspark.sql import functions as F
+
+    from sensorcep.io import delta
+    from sensorcep.io.kafka import read_kafka
+
+    raw = read_kafka(spark, settings, settings.events_topic)
+    parsed = ingest.bronze_stream(raw, settings)
+    # no ingest_time: a timestamp literal in the parsing code's plan makes Spark compile that code again every batch
+    valid = parsed.where(F.col("reason").isNull()).select(
+        *ingest.BRONZE_COLUMNS, F.to_date("event_time").alias("part_date")
+    )
+
+    def append_to(folder: str, partition_by: list[str]):
+        def append(batch, _batch_id):
+            delta.write_table(batch, f"{settings.base_path}/{folder}", "append", partition_by)
+
+        return append
+
+    runs = {
+        "parse -> noop": parsed.writeStream.format("noop"),
+        "parse -> append (foreachBatch)": valid.writeStream.foreachBatch(append_to("floor_append", ["part_date"])),
+        "parse -> Delta sink": valid.writeStream.format("delta")
+        .partitionBy("part_date")
+        .option("path", f"{settings.base_path}/floor_sink"),
+        "no parse -> append": raw.writeStream.foreachBatch(append_to("floor_raw", [])),
+    }
+    rates = {}
+    for name, writer in runs.items():
+        started = time.perf_counter()
+        checkpoint = f"{settings.base_path}/checkpoints/floor-{len(rates)}"
+        query = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+        query.awaitTermination()
+        elapsed = time.perf_counter() - started
+        batches = [p for p in query.recentProgress if p["numInputRows"]]
+        rates[name] = sum(records_of(p) for p in batches) / elapsed, batches
+    return rates
 
 
 def layers(raw, settings) -> list[tuple[str, object]]:
