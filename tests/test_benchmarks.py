@@ -73,3 +73,10 @@ def test_full_batch_rate_leaves_out_the_first_batch_and_the_short_last_one():
     batches = [batch(0, 100, 9_000), batch(100, 200, 1_000), batch(200, 300, 3_000), batch(300, 310, 10)]
     assert bench.full_batch_rate(batches, 100) == pytest.approx(200 / 4.0)
     assert bench.full_batch_rate(batches[:1], 100) is None
+
+
+def test_a_first_batch_that_starts_at_none_is_counted_from_the_earliest_offsets():
+    """A query's first progress may name its start offsets ``None`` (a Python repr, not JSON)."""
+    bench = _ingest_benchmark()
+    progress = {"sources": [{"startOffset": "None", "endOffset": "{'t': {'0': 5, '1': 7}}"}]}
+    assert bench.records_of(progress) == 12

@@ -4,6 +4,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from sensorcep.pipeline.ingest import EVENT_FIELDS, valid_events
 from sensorcep.pipeline.parsing import parse_events
 from sensorcep.settings import Settings
 
@@ -108,3 +109,17 @@ def test_the_future_bound_is_inclusive_to_the_microsecond(spark):
     )
     reasons = {r["offset"]: r["reason"] for r in parse_events(df, Settings()).collect()}
     assert reasons == {0: None, 1: "event_time more than 5 minutes in the future"}
+
+
+def test_keeping_only_the_valid_events_parses_each_record_once(spark, parsed):
+    """The alert query keeps the valid events by their reason. Spark 4.1 pushes such a filter below the projections it
+    names and writes the parse out in it again (SPARK-47672): that plan held the JSON parse 436 times and cost ~0.8 s
+    per 250,000 records. The plan holds it once, and the events are the parse's valid ones."""
+    rows = [(None, value, "t", 0, i, KAFKA_TIME) for i, (value, _) in enumerate(CASES)]
+    df = spark.createDataFrame(
+        rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+    )
+    events = valid_events(df, Settings())
+    assert events._jdf.queryExecution().optimizedPlan().toString().count("from_json(") == 1
+    expected = [tuple(r[f] for f in EVENT_FIELDS[:3]) for r in parsed.values() if r["reason"] is None]
+    assert sorted(tuple(r)[:3] for r in events.collect()) == sorted(expected)

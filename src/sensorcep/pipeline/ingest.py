@@ -14,7 +14,7 @@ from sensorcep.errors import SensorCepError
 from sensorcep.io.kafka import read_kafka, topic_partitions
 from sensorcep.io.lake import Tables
 from sensorcep.pipeline import queries
-from sensorcep.pipeline.parsing import RECORD_KEY, parse_events, quarantine_rows
+from sensorcep.pipeline.parsing import RECORD_KEY, parse_events, parsed_once, quarantine_rows
 from sensorcep.pipeline.streaming import checkpoint_exists, launch
 from sensorcep.settings import Settings
 
@@ -48,7 +48,7 @@ def valid_events(raw: DataFrame, settings: Settings) -> DataFrame:
 
     Bad records are not passed on: 01 ingest already quarantines them with their reason.
     """
-    parsed = parse_events(raw, settings)
+    parsed = parsed_once(parse_events(raw, settings))
     return parsed.where(F.col("reason").isNull()).select(*EVENT_FIELDS)
 
 
