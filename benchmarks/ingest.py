@@ -117,8 +117,9 @@ def main() -> None:
     parser.add_argument(
         "--floors",
         action="store_true",
-        help="also run, after ingest, two queries on the same topic that do less than any ingest can: the parse into "
-        "noop, and the parse with one Delta append per batch (no dedup, no quarantine): the ceiling of the ratio",
+        help="also run, after ingest, four queries on the same topic that each do part of its work: the parse into "
+        "noop, the parse with one Delta append per batch (foreachBatch, and Delta's sink; no dedup, no quarantine), "
+        "and the records appended unparsed: the ceiling of the ratio",
     )
     parser.add_argument(
         "--conf",
