@@ -1,8 +1,17 @@
-"""Shared test fixtures: one SparkSession and one real local Kafka broker per test session.
+"""Shared test fixtures and the test tiers: one SparkSession and one real local Kafka broker per test session.
 
-The broker (Apache Kafka, KRaft) runs on its own port with its data in a temporary folder; the notebooks run
-by nbmake inherit ``SENSORCEP_*`` environment variables pointing them at it and at a temporary base
-path, with a small simulated data set already in their topic.
+A test's tier is the directory it lives in, and its marker comes from there (``pytest -m kafka``):
+
+* ``tests/unit``  - no JVM, no broker, no browser (``make unit``, seconds);
+* ``tests/spark`` - the session's Spark, controlled micro-batches, no broker;
+* ``tests/kafka`` - Spark and the session's broker;
+* ``tests/e2e``   - whole job runs, the notebooks (``notebooks/*.ipynb`` through nbmake), Spark Connect, subprocess
+  crashes, the console, the HTML report in Chromium;
+* ``tests/fault`` - the seeded fault test (its own broker, killed on purpose).
+
+A test that asks for more than its tier allows (a unit test asking for ``spark``) is a collection error, so the
+tiers stay true. The broker starts only when a selected test needs it; the notebooks find it, a temporary base path
+and a small simulated data set through ``SENSORCEP_*`` environment variables.
 """
 
 from __future__ import annotations
@@ -14,30 +23,45 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from support.ports import CONNECT_PORT, TEST_BROKER
+from support.profiles import NIGHTLY
 
-#: ports of this test session's broker and Spark Connect server (test_connect.py); another port pair lets two
-#: test sessions run side by side on one machine
-TEST_BROKER = os.environ.get("SENSORCEP_TEST_BROKER", "127.0.0.1:19092")
-CONNECT_PORT = int(os.environ.get("SENSORCEP_TEST_CONNECT_PORT", "19002"))
 SESSION_DIR = Path(tempfile.mkdtemp(prefix="sensorcep-tests-"))
 NOTEBOOK_START = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
+TESTS = Path(__file__).parent
+TIERS = ("unit", "spark", "kafka", "e2e", "fault")
+#: what each tier may ask for: fixtures that start the JVM or need the broker
+FORBIDDEN = {"unit": {"spark", "bootstrap"}, "spark": {"bootstrap"}}
+#: tiers whose tests need the session's broker
+BROKER_TIERS = {"kafka", "e2e"}
 
 
-#: fixtures that need the JVM (and with it the broker): a test asking for one is an integration test
-JVM_FIXTURES = {"spark", "bootstrap", "settings"}
+def tier(item) -> str:
+    """The directory under ``tests/`` a test lives in; a notebook (nbmake) is an end-to-end test."""
+    if item.path.suffix == ".ipynb":
+        return "e2e"
+    part = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
+    if part not in TIERS:
+        raise pytest.UsageError(f"{item.nodeid}: a test lives in one of tests/{{{','.join(TIERS)}}}/, not {part!r}")
+    return part
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark every test that needs Spark or the broker (a notebook, or a test asking for a JVM fixture) as
-    ``integration``: ``pytest -m "not integration"`` (``make unit``) runs the rest in seconds, with no JVM."""
+    """Mark every test with its tier; refuse a test that needs more than its tier allows."""
+    wrong = []
     for item in items:
-        if JVM_FIXTURES & set(getattr(item, "fixturenames", ())) or item.path.suffix == ".ipynb":
-            item.add_marker(pytest.mark.integration)
+        name = tier(item)
+        item.add_marker(getattr(pytest.mark, name))
+        needs = FORBIDDEN.get(name, set()) & set(getattr(item, "fixturenames", ()))
+        if needs:
+            wrong.append(f"{item.nodeid} is in tests/{name}/ but asks for {', '.join(sorted(needs))}")
+    if wrong:
+        raise pytest.UsageError("tests outside their tier:\n" + "\n".join(wrong))
 
 
 def pytest_collection_finish(session):
     """Start the broker (and give the notebooks their data) only when a selected test needs it."""
-    if any(item.get_closest_marker("integration") for item in session.items):
+    if any(tier(item) in BROKER_TIERS for item in session.items):
         _start_broker()
 
 
@@ -54,6 +78,7 @@ def pytest_sessionstart(session):
             "SENSORCEP_DEVICE_TIMEOUT": "20 seconds",
             "SENSORCEP_DRIVER_MEMORY": "3g",
             "SENSORCEP_RUN_DIR": str(SESSION_DIR / "run"),  # where notebooks save their plots (not the source tree)
+            "SENSORCEP_TUNING_PRESET": "quick" if NIGHTLY else "smoke",  # 04: the study's path, not the study
         }
     )
 

@@ -1,3 +1,3 @@
 """The laptop twin: a real Kafka broker, the simulator, the jars, the local job runner, the summary.
 
-Nothing under ``sensorcep.pipeline`` or ``sensorcep.io`` imports this package (``tests/test_layout.py``)."""
+Nothing under ``sensorcep.pipeline`` or ``sensorcep.io`` imports this package (``tests/unit/test_layout.py``)."""

@@ -158,7 +158,8 @@ def run_matrix(
 
     try:
         write_workload(location("workload"), workload)
-        warm_up(spark, configurations, work, workload, settings, location("warm-up"))
+        if name != "smoke":  # smoke proves the path, it measures nothing worth a warm-up
+            warm_up(spark, configurations, work, workload, settings, location("warm-up"))
         subsets: dict[int | None, str] = {None: written[0]}
         for round_ in range(1, rounds + 1):
             ordered = configurations if round_ % 2 else configurations[::-1]

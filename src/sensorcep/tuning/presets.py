@@ -126,8 +126,11 @@ def presets() -> dict[str, Preset]:
     return {p.name: p for p in items}
 
 
-#: preset matrices: (query, preset) pairs. ``quick`` runs in CI and jobs (under 3 minutes locally).
+#: preset matrices: (query, preset) pairs. ``smoke`` proves the notebook and the tables under test (one
+#: configuration per query on a few batches, no warm-up); ``quick`` runs in jobs and ``make nightly`` (under 3 minutes
+#: locally); ``full`` is the study.
 MATRICES = {
+    "smoke": [("sampling", "rocksdb"), ("window_counts", "hdfs")],
     "quick": [
         ("sampling", "rocksdb"),
         ("sampling", "rocksdb_changelog"),

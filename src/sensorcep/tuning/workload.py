@@ -39,6 +39,7 @@ class Workload:
 
 #: workloads of the preset matrices
 WORKLOADS = {
+    "smoke": Workload(events=4_000, batch=1_000),
     "quick": Workload(events=20_000, batch=2_500),
     "full": Workload(events=300_000, devices=1_000, rate=1_000, batch=20_000),
 }

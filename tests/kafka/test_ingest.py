@@ -1,0 +1,96 @@
+"""01 ingest with the real broker and real Delta tables: exactly the valid distinct events land."""
+
+from datetime import datetime, timezone
+
+from support.crash import kill_after_first_commit
+from support.streams import delta_frame
+
+from sensorcep.local import simulator
+from sensorcep.local.broker import create_topics
+from sensorcep.pipeline import ingest
+
+START = datetime(2026, 3, 1, 8, 0, tzinfo=timezone.utc)
+
+
+def _bronze_keys(settings):
+    df = delta_frame(settings.table_path("bronze_events"), ["device_id", "event_time"])
+    return list(
+        zip(df.device_id, df.event_time.dt.tz_localize(None) if df.event_time.dt.tz else df.event_time, strict=False)
+    )
+
+
+def _expected(*sims):
+    rows = []
+    for sim in sims:
+        rows += list(zip(sim.valid.device_id, sim.valid.event_time.dt.tz_convert(None), strict=False))
+    return set(rows)
+
+
+def _quarantine(settings):
+    return delta_frame(settings.table_path("quarantine_events"), ["offset", "reason", "raw_value"])
+
+
+def _produce(settings, events, seed, start):
+    create_topics(settings.kafka_bootstrap_servers, [settings.events_topic])
+    sim = simulator.generate(
+        simulator.SimulationConfig(
+            events=events, devices=40, seed=seed, start=start, rate=100, malformed_share=0.03, duplicate_share=0.03
+        )
+    )
+    simulator.produce(sim, settings.kafka_bootstrap_servers, settings.events_topic)
+    return sim
+
+
+def test_two_runs_land_exactly_the_valid_distinct_events(spark, settings):
+    first = _produce(settings, 3_000, seed=1, start=START)
+    ingest.start_ingest(spark, settings)
+    second = _produce(settings, 2_000, seed=2, start=first.end)
+    ingest.start_ingest(spark, settings)
+
+    bronze = _bronze_keys(settings)
+    assert len(bronze) == len(set(bronze)), "no duplicate (device_id, event_time) in bronze"
+    assert set(bronze) == _expected(first, second)
+    quarantine = _quarantine(settings)
+    assert len(quarantine) == len(first.malformed) + len(second.malformed)
+    assert quarantine.reason.notna().all()
+    assert set(quarantine.raw_value) == set(first.malformed.value) | set(second.malformed.value)
+
+
+def test_killed_run_then_rerun_changes_nothing(spark, settings, tmp_path):
+    sim = _produce(settings, 4_000, seed=3, start=START)
+    kill_after_first_commit("pipeline.ingest.start_ingest", settings, "bronze_events")
+    partial = len(_bronze_keys(settings))
+    assert 0 < partial < len(sim.distinct_valid)
+
+    ingest.start_ingest(spark, settings)
+    bronze = _bronze_keys(settings)
+    assert len(bronze) == len(set(bronze)) and set(bronze) == _expected(sim)
+    assert len(_quarantine(settings)) == len(sim.malformed)
+
+
+def test_after_a_checkpoint_reset_the_new_querys_batches_are_written_not_taken_for_replays(spark, settings):
+    import shutil
+
+    first = _produce(settings, 1_500, seed=4, start=START)
+    ingest.start_ingest(spark, settings)  # batch ids 0 and 1 of the first checkpoint are in bronze
+    shutil.rmtree(settings.checkpoint_path("ingest"))  # reset: the next query reads from the start, batch ids from 0
+    second = _produce(settings, 1_500, seed=5, start=first.end)
+    ingest.start_ingest(spark, settings)
+    bronze = set(_bronze_keys(settings))
+    assert _expected(first) | _expected(second) == bronze  # nothing of the new query's first batches was skipped
+
+
+def test_a_first_run_of_only_bad_records_creates_an_empty_bronze_that_sampling_can_read(spark, settings):
+    import pandas as pd
+
+    from sensorcep.pipeline import sampling
+
+    create_topics(settings.kafka_bootstrap_servers, [settings.events_topic])
+    stamp = int(START.timestamp() * 1000)
+    bad = pd.DataFrame({"key": [None, None], "value": [b"{}", b"not json"], "timestamp_ms": [stamp, stamp]})
+    simulator.produce_records(bad, settings.kafka_bootstrap_servers, settings.events_topic)
+    ingest.start_ingest(spark, settings)
+    assert len(_quarantine(settings)) == 2
+    assert len(_bronze_keys(settings)) == 0  # the table exists, empty: 02 can start on it
+    sampling.start_sampling(spark, settings)  # no BronzeMissingError
+    assert len(delta_frame(settings.table_path("sensor_samples"))) == 0

@@ -1,0 +1,179 @@
+"""01 ingest under a real fleet's clocks: every record read ends in bronze, quarantine or duplicate_events.
+
+Kafka timestamps are the producers' clocks. These tests give them gateways that run ahead, lag, and re-produce
+backfills hours later, and re-send events long after the first copy: nothing may vanish, nothing may double.
+"""
+
+import json
+import shutil
+from datetime import datetime, timedelta, timezone
+
+import pandas as pd
+from support.streams import delta_frame
+
+from sensorcep.local import simulator
+from sensorcep.local.broker import create_topics
+from sensorcep.pipeline import ingest
+
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def _records(events: list[tuple[str, float, datetime, datetime]]) -> pd.DataFrame:
+    """(device, freq, event time, Kafka timestamp) -> records to produce."""
+    return pd.DataFrame(
+        {
+            "key": [d.encode() for d, *_ in events],
+            "value": [
+                json.dumps(
+                    {"device_id": d, "sensor_freq": f, "event_time": t.isoformat().replace("+00:00", "Z")}
+                ).encode()
+                for d, f, t, _ in events
+            ],
+            "timestamp_ms": [int(ts.timestamp() * 1000) for *_, ts in events],
+        }
+    )
+
+
+def _gateway(device: str, n: int, start: datetime, clock_offset: timedelta, step_s: float = 1.0):
+    """``n`` events of one device from ``start``, sent through a gateway whose clock is off by ``clock_offset``."""
+    return [
+        (device, 10.0 + i, start + timedelta(seconds=i * step_s), start + timedelta(seconds=i * step_s) + clock_offset)
+        for i in range(n)
+    ]
+
+
+def _produce(settings, events):
+    create_topics(settings.kafka_bootstrap_servers, [settings.events_topic], partitions=2)
+    simulator.produce_records(_records(events), settings.kafka_bootstrap_servers, settings.events_topic)
+
+
+def _table(settings, name, columns):
+    try:
+        return delta_frame(settings.table_path(name), columns)
+    except Exception:  # the table was never created: nothing landed there
+        return pd.DataFrame(columns=columns)
+
+
+def _coordinates(frame) -> set[tuple]:
+    return set(zip(frame.partition, frame.offset, strict=False))
+
+
+def test_gateways_that_lag_run_ahead_or_backfill_lose_no_record(spark, settings):
+    healthy = _gateway("healthy", 20, NOW, timedelta(0))
+    ahead = _gateway("ahead", 1, NOW + timedelta(seconds=30), timedelta(hours=1))
+    _produce(settings, healthy + ahead)
+    ingest.start_ingest(spark, settings)
+    lagging = _gateway("lagging", 10, NOW + timedelta(seconds=40), -timedelta(minutes=2))
+    backfill = _gateway("backfill", 10, NOW - timedelta(hours=2), timedelta(hours=2))  # re-produced 2 hours later
+    later = _gateway("healthy", 10, NOW + timedelta(seconds=60), timedelta(0))
+    _produce(settings, lagging + backfill + later)
+    ingest.start_ingest(spark, settings)
+
+    bronze = _table(settings, "bronze_events", ["device_id", "event_time"])
+    assert len(bronze) == 51
+    assert bronze.groupby("device_id").size().to_dict() == {"healthy": 30, "ahead": 1, "lagging": 10, "backfill": 10}
+    assert _table(settings, "quarantine_events", ["reason"]).empty
+    assert _table(settings, "duplicate_events", ["offset"]).empty
+
+
+def test_an_event_resent_hours_later_is_counted_as_a_duplicate_not_written_twice(spark, settings):
+    first = _gateway("d1", 5, NOW, timedelta(0))
+    _produce(settings, first + first[:2])  # two re-sent in the same batch
+    ingest.start_ingest(spark, settings)
+    resent = [(d, f, t, ts + timedelta(hours=6)) for d, f, t, ts in first]  # a gateway replays its buffer 6 h later
+    _produce(settings, resent + _gateway("d2", 3, NOW, timedelta(0)))
+    ingest.start_ingest(spark, settings)
+
+    bronze = _table(settings, "bronze_events", ["device_id", "event_time", "partition", "offset"])
+    dups = _table(settings, "duplicate_events", ["device_id", "partition", "offset", "duplicate_of_offset"])
+    assert len(bronze) == 8 and not bronze.duplicated(["device_id", "event_time"]).any()
+    assert len(dups) == 7
+    assert set(zip(dups.device_id, dups.duplicate_of_offset, strict=False)) <= set(
+        zip(bronze.device_id, bronze.offset, strict=False)
+    ), "every duplicate names the bronze record it repeats"
+    assert not _coordinates(bronze) & _coordinates(dups), "a record is in one table only"
+
+
+def test_every_record_read_is_in_exactly_one_table(spark, settings):
+    sim = simulator.generate(
+        simulator.SimulationConfig(
+            events=2_000, devices=30, seed=11, start=NOW, rate=100, malformed_share=0.05, duplicate_share=0.05
+        )
+    )
+    create_topics(settings.kafka_bootstrap_servers, [settings.events_topic], partitions=2)
+    simulator.produce(sim, settings.kafka_bootstrap_servers, settings.events_topic)
+    ingest.start_ingest(spark, settings.replace(max_offsets_per_trigger=300))
+
+    kept = [
+        _table(settings, name, ["partition", "offset"])
+        for name in ("bronze_events", "quarantine_events", "duplicate_events")
+    ]
+    everything = [c for frame in kept for c in _coordinates(frame)]
+    assert len(everything) == len(set(everything)) == len(sim.records)
+    assert len(kept[1]) == len(sim.malformed)
+    assert len(kept[0]) == len(sim.distinct_valid)
+
+
+def test_a_reset_checkpoint_resumes_after_what_bronze_holds(spark, settings):
+    _produce(settings, _gateway("d1", 30, NOW, timedelta(0)) + [("d1", 1.0, NOW, NOW)])
+    ingest.start_ingest(spark, settings)
+    counts = {n: len(_table(settings, n, ["offset"])) for n in ("bronze_events", "duplicate_events")}
+    assert counts == {"bronze_events": 30, "duplicate_events": 1}
+
+    shutil.rmtree(settings.checkpoint_path("ingest"))  # an operator's reset
+    assert ingest.resume_offsets(spark, settings) != "earliest"
+    ingest.start_ingest(spark, settings)
+    assert {n: len(_table(settings, n, ["offset"])) for n in counts} == counts, "the topic was not read again"
+
+    _produce(settings, _gateway("d2", 4, NOW, timedelta(0)))
+    ingest.start_ingest(spark, settings)
+    assert len(_table(settings, "bronze_events", ["offset"])) == 34
+
+
+def test_a_replayed_batch_after_a_reset_reading_from_the_start_adds_nothing(spark, settings):
+    _produce(settings, _gateway("d1", 20, NOW, timedelta(0)) + _gateway("d1", 3, NOW, timedelta(minutes=1)))
+    ingest.start_ingest(spark, settings)
+    before = {n: len(_table(settings, n, ["offset"])) for n in ("bronze_events", "duplicate_events")}
+    shutil.rmtree(settings.checkpoint_path("ingest"))
+    # the worst reset: the new checkpoint reads the whole topic again (as if bronze knew no offsets)
+    from sensorcep.io.kafka import read_kafka
+    from sensorcep.pipeline.streaming import run_available_now
+
+    raw = read_kafka(spark, settings, settings.events_topic, starting_offsets="earliest")
+    run_available_now(
+        ingest.bronze_stream(raw, settings), settings, "ingest", foreach_batch=ingest.write_ingest_batch(settings, [])
+    )
+    assert (
+        {n: len(_table(settings, n, ["offset"])) for n in before}
+        == before
+        == {
+            "bronze_events": 20,
+            "duplicate_events": 3,
+        }
+    )
+
+
+def test_a_reset_that_reads_the_topic_again_in_small_batches_adds_nothing_in_any_of_them(spark, settings):
+    """After a reset that reads the whole topic again, every batch of the new run repeats records the tables hold,
+    not only its first: the check against what each table held when the run began covers them all."""
+    valid = _records(_gateway("d1", 20, NOW, timedelta(0)) + _gateway("d1", 4, NOW, timedelta(minutes=1)))
+    junk = pd.DataFrame({"key": [b"gw"] * 6, "value": [b"{not json"] * 6, "timestamp_ms": [valid.timestamp_ms[0]] * 6})
+    create_topics(settings.kafka_bootstrap_servers, [settings.events_topic], partitions=2)
+    mixed = pd.concat([valid, junk]).sample(frac=1, random_state=7)  # junk and re-sends spread over every batch
+    simulator.produce_records(mixed, settings.kafka_bootstrap_servers, settings.events_topic)
+    ingest.start_ingest(spark, settings)
+    names = ("bronze_events", "duplicate_events", "quarantine_events")
+    before = {n: len(_table(settings, n, ["offset"])) for n in names}
+    assert before == {"bronze_events": 20, "duplicate_events": 4, "quarantine_events": 6}
+
+    shutil.rmtree(settings.checkpoint_path("ingest"))
+    from sensorcep.io.kafka import read_kafka
+    from sensorcep.pipeline.streaming import run_available_now
+
+    small = settings.replace(max_offsets_per_trigger=4)
+    raw = read_kafka(spark, small, small.events_topic, starting_offsets="earliest")
+    query = run_available_now(
+        ingest.bronze_stream(raw, small), small, "ingest", foreach_batch=ingest.write_ingest_batch(small, [])
+    )
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) >= 5, "the topic was read in small batches"
+    assert {n: len(_table(settings, n, ["offset"])) for n in names} == before

@@ -1,0 +1,614 @@
+"""The seeded fault test ("nemesis") over the always-on job, in the shape of Kafka's transaction tests and Spark's
+StreamTest stress runs.
+
+A fleet producer writes sequence-numbered events whose Kafka timestamps and event times a real fleet gets wrong
+(gateways whose clocks lag or run an hour ahead, one partition that lags, events re-sent minutes later, late events,
+device clocks an hour ahead, malformed records, anomalies). Between its chunks the nemesis does one seeded action to
+the always-on job, which runs in a process of its own (``tests/support/nemesis_driver.py``), each triggered by the job's
+progress, not by time:
+
+* ``commit``:   kill -9 of Spark inside a Delta write: before or after the K-th append or MERGE of a table (bronze,
+                quarantine, duplicates, samples, late events, device status, the anomalies MERGE, escalations);
+* ``sink``:     kill -9 of Spark while the real-time alert query writes to the alerts topic;
+* ``moment``:   kill -9 of Spark at a seeded moment after its first write;
+* ``broker``:   kill -9 of the Kafka broker while the producer produces and the job runs; the broker restarts from
+                its logs (a job run that fails on it is restarted, as Databricks restarts a continuous job);
+* ``stop_alerts``: a stop and restart of the real-time alert query;
+* ``second_writer``: a second run of the job while the first runs: it must fail at once, naming the first.
+
+Then one clean run drains everything, and :func:`verify` checks exact equality against what the producer got
+acknowledged and against the oracle. ``tests/test_nemesis.py`` runs it in the suite; for release checks::
+
+    make nemesis SEED=7 KILLS=60          # or: .venv/bin/python tests/support/nemesis.py --seed 7 --kills 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the support package
+from sensorcep.local import broker  # noqa: E402
+from sensorcep.pipeline import alerts  # noqa: E402
+from sensorcep.settings import Settings  # noqa: E402
+from support.oracle import reference_samples  # noqa: E402
+from support.streams import delta_frame, oracle_rows, sample_rows, topic_end_offsets, topic_records  # noqa: E402
+
+DRIVER = Path(__file__).with_name("nemesis_driver.py")
+START = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
+DEVICES = [f"gw{g}-dev{d:02d}" for g in range(4) for d in range(5)]
+#: the Kafka timestamp of a gateway's records, relative to the event time: gateway 1 lags 2 minutes, gateway 2 runs an
+#: hour ahead (its records carry a Kafka timestamp an hour after their event time); partition 1 lags 90 s more
+GATEWAY_CLOCK = {0: timedelta(0), 1: -timedelta(minutes=2), 2: timedelta(hours=1), 3: timedelta(seconds=5)}
+PARTITION_LAG = {0: timedelta(0), 1: -timedelta(seconds=90)}
+#: the kill points inside the job's process, by kind: (query, table) for the Delta writes (the queries' appends and
+#: MERGEs), the query for its checkpoint's offset log, commit log and state store, the table for its Delta checkpoint
+WRITES = [
+    ("ingest", "bronze_events"),
+    ("ingest", "quarantine_events"),
+    ("ingest", "duplicate_events"),
+    ("sampling", "sensor_samples"),
+    ("sampling", "late_events"),
+    ("device_activity", "device_status"),
+    ("device_activity", "late_events"),
+    ("anomalies", "anomalies"),
+    ("alert_lifecycle", "alert_events"),
+    ("alert_lifecycle", "alert_escalations"),
+]
+CHECKPOINTED = ["ingest", "sampling", "device_activity", "anomalies", "alert_lifecycle"]
+STATEFUL = ["sampling", "device_activity", "alert_lifecycle"]
+POINT_KINDS = ("before", "after", "offset_log", "commit_log", "state_commit", "delta_checkpoint")
+#: what the suite's run visits: one point of every kind, each armed on a seeded non-empty commit K (its plan is
+#: deterministic for a seed); the nightly chain draws from every point, with K up to 12 (past a Delta checkpoint)
+SUITE = {
+    "before": [("ingest", "bronze_events"), ("anomalies", "anomalies")],
+    "after": [("sampling", "sensor_samples"), ("device_activity", "device_status")],
+    "offset_log": ["ingest"],
+    "commit_log": ["sampling"],
+    "state_commit": ["alert_lifecycle"],
+    "delta_checkpoint": ["bronze_events"],
+}
+KILLS = ("point", "sink", "moment", "broker")
+#: how long a run may take to reach its kill point; a point not reached fails the test
+POINT_WAIT_S = 240
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str
+    arg: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.arg}" if self.arg else self.kind
+
+
+def _point(kind: str, target, k: int) -> str:
+    return f"{kind}:{':'.join(target)}:{k}" if isinstance(target, tuple) else f"{kind}:{target}:{k}"
+
+
+def suite_plan(seed: int) -> list[Action]:
+    """The suite's run: every point kind once (its target and K seeded), the Kafka sink and the broker killed once,
+    one stop of the real-time query and one second writer, in a seeded order."""
+    rng = random.Random(seed)
+    actions = [
+        Action("point", _point(kind, rng.choice(targets), 1 if kind == "delta_checkpoint" else rng.randint(1, 3)))
+        for kind, targets in SUITE.items()
+    ]
+    rng.shuffle(actions)
+    # one run holds the actions that do not end it, then the sink kill ends it
+    return actions + [Action("stop_alerts", "1"), Action("second_writer"), Action("broker"), Action("sink")]
+
+
+def plan(seed: int, kills: int) -> list[Action]:
+    """The nightly chain: ``kills`` kill actions (each kind at least once, kill points the most, drawn from every
+    point with K up to 12) and one stop of the real-time query and one second writer, in a seeded order."""
+    rng = random.Random(seed)
+    kinds = list(KILLS) + rng.choices(KILLS, weights=[6, 1, 1, 2], k=max(0, kills - len(KILLS)))
+    actions = []
+    for kind in kinds[:kills]:
+        if kind == "point":
+            where = rng.choice(POINT_KINDS)
+            targets = {"before": WRITES, "after": WRITES, "state_commit": STATEFUL}.get(where, CHECKPOINTED)
+            if where == "delta_checkpoint":
+                targets = sorted({table for _, table in WRITES} - {"alert_escalations", "device_status"})
+            actions.append(
+                Action(
+                    kind, _point(where, rng.choice(targets), 1 if where == "delta_checkpoint" else rng.randint(1, 12))
+                )
+            )
+        elif kind == "moment":
+            actions.append(Action(kind, f"{rng.uniform(0.0, 4.0):.1f}"))
+        else:
+            actions.append(Action(kind))
+    rng.shuffle(actions)
+    for extra in (Action("stop_alerts", "1"), Action("second_writer")):
+        actions.insert(rng.randrange(1, len(actions) + 1), extra)
+    return actions
+
+
+# ---------------------------------------------------------------------------------------------------- the fleet
+@dataclass
+class Record:
+    seq: int
+    kind: str  # ok | anomaly | late | ahead (event time an hour ahead of its clock) | resent | malformed
+    partition: int
+    key: bytes
+    value: bytes
+    timestamp_ms: int
+    device_id: str = ""
+    sensor_freq: float = 0.0
+    event_time: datetime | None = None
+
+
+@dataclass
+class Fleet:
+    """Chunks of sequence-numbered records, one minute of event time each, with a real fleet's faults."""
+
+    seed: int
+    per_chunk: int = 40
+    seq: int = 0
+    chunks: int = 0
+    sent: list[Record] = field(default_factory=list)
+    used: set = field(default_factory=set)  # (device, event time): a new event never collides with an earlier one
+
+    def chunk(self) -> list[Record]:
+        """The next minute of event time."""
+        rng = random.Random(self.seed * 1_000 + self.chunks)
+        base = START + timedelta(minutes=self.chunks)
+        self.chunks += 1
+        records = []
+        for _ in range(self.per_chunk):
+            self.seq += 1
+            roll = rng.random()
+            if roll < 0.04 and len(self.sent) > 4 * self.per_chunk:  # re-sent minutes (chunks) after the first copy
+                first = rng.choice(self.sent[: max(1, len(self.sent) - 2 * self.per_chunk)])
+                records.append(self._record("resent", first.device_id, first.sensor_freq, first.event_time, rng, base))
+                continue
+            device = rng.choice(DEVICES)
+            event_time = base + timedelta(milliseconds=rng.randrange(60_000))
+            if roll >= 0.07 and roll < 0.11:
+                event_time = base - timedelta(milliseconds=rng.randrange(90_000, 400_000))
+            while (device, event_time) in self.used:
+                event_time += timedelta(milliseconds=1)
+            self.used.add((device, event_time))
+            freq = round(rng.uniform(0.0, 100.0), 3) if rng.random() > 0.03 else 0.0
+            kind = "ok"
+            if roll < 0.07:
+                kind, freq = "anomaly", -round(rng.uniform(0.1, 50.0), 3)
+            elif roll < 0.11:
+                kind = "late"
+            elif roll < 0.12:
+                kind = "ahead"  # the device's clock: local time labelled Z, an hour ahead of the Kafka timestamp
+            elif roll < 0.14:
+                kind = "malformed"
+            records.append(self._record(kind, device, freq, event_time, rng, base))
+        self.sent += [r for r in records if r.kind in ("ok", "anomaly", "late")]
+        return records
+
+    def _record(
+        self, kind: str, device: str, freq: float, event_time: datetime, rng: random.Random, now: datetime
+    ) -> Record:
+        """A record as its gateway sends it ``now``: its Kafka timestamp is the gateway's clock (a re-sent copy's is
+        the time it is sent again); an ``ahead`` device labels its local time Z: an hour ahead of that clock."""
+        gateway, number = int(device[2]), int(device[-2:])
+        partition = number % 2
+        sent_at = now if kind == "resent" else event_time
+        clock = sent_at + GATEWAY_CLOCK[gateway] + PARTITION_LAG[partition]
+        shown = clock + timedelta(hours=1) if kind == "ahead" else event_time
+        body = {"seq": self.seq, "device_id": device, "sensor_freq": freq, "event_time": _iso(shown)}
+        value = json.dumps(body).encode()
+        if kind == "malformed":
+            value = rng.choice([value[: len(value) // 2], b"\xff\xfe" + value, json.dumps({"seq": self.seq}).encode()])
+        return Record(
+            self.seq, kind, partition, device.encode(), value, int(clock.timestamp() * 1000), device, freq, event_time
+        )
+
+
+def _iso(t: datetime) -> str:
+    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class FleetProducer(threading.Thread):
+    """The fleet, producing a chunk every ``every_s`` seconds with an idempotent producer that retries for 3 minutes
+    (through broker kills); ``acknowledged[(partition, offset)]`` = the record, for every record Kafka acknowledged."""
+
+    def __init__(self, fleet: Fleet, bootstrap: str, topic: str, every_s: float = 2.0):
+        super().__init__(daemon=True)
+        from confluent_kafka import Producer
+
+        self.fleet, self.topic, self.every_s = fleet, topic, every_s
+        self.acknowledged: dict[tuple[int, int], Record] = {}
+        self.stopping = threading.Event()
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "delivery.timeout.ms": 180_000,
+                "log_level": 0,
+            }
+        )
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            for record in self.fleet.chunk():
+                self.producer.produce(
+                    self.topic,
+                    value=record.value,
+                    key=record.key,
+                    partition=record.partition,
+                    timestamp=record.timestamp_ms,
+                    on_delivery=self._delivered(record),
+                )
+            self.producer.poll(0)
+            self.stopping.wait(self.every_s)  # the fleet's pace
+            self.producer.poll(0)
+
+    def _delivered(self, record: Record):
+        def on_delivery(err, msg):
+            if err is None:
+                self.acknowledged[(msg.partition(), msg.offset())] = record
+
+        return on_delivery
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(60)
+        assert self.producer.flush(200) == 0, "the producer could not deliver every record within 200 s"
+
+
+# ---------------------------------------------------------------------------------------------------- the job
+class Driver:
+    """One run of the always-on job in its own process group; its stdout lines are read as they come."""
+
+    def __init__(self, params: dict, point: str | None, log: Callable[[str], None]):
+        args = [sys.executable, str(DRIVER), json.dumps(params)] + ([point] if point else [])
+        self.point, self.log, self.lines, self.writes = point, log, [], 0
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        self.stderr: list[str] = []
+        self._readers = [
+            threading.Thread(target=self._read, args=(self.proc.stdout, self.lines), daemon=True),
+            threading.Thread(target=self._read, args=(self.proc.stderr, self.stderr), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, stream, into: list[str]) -> None:
+        for line in stream:
+            into.append(line.rstrip("\n"))
+            if into is self.lines and line.startswith("write "):
+                self.writes += 1
+
+    def wait_for(self, condition: Callable[[], bool], timeout_s: float, what: str) -> bool:
+        """Until ``condition()`` or the process ends; raises after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            if self.proc.poll() is not None:
+                return False
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nemesis: {what} did not happen within {timeout_s:.0f} s ({self.point})")
+            time.sleep(0.05)  # polling the job's progress
+        return True
+
+    def kill(self) -> int:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        return self.end(60)
+
+    def end(self, timeout_s: float) -> int:
+        code = self.proc.wait(timeout=timeout_s)
+        for reader in self._readers:
+            reader.join(10)
+        return code
+
+    def committed(self) -> str:
+        """The last ``committed <query> <table> <k>`` count of every query and table this run wrote."""
+        last = {}
+        for line in self.lines:
+            if line.startswith("committed "):
+                _, query, table, k = line.split()
+                last[f"{query}/{table}"] = k
+        return ", ".join(f"{key} {k}" for key, k in sorted(last.items())) or "nothing committed"
+
+    def errors(self) -> str:
+        return "\n".join(
+            line for line in self.stderr if "Error" in line or "Exception" in line or line.startswith("✘")
+        )[-3000:]
+
+
+@dataclass
+class Nemesis:
+    """Runs ``actions`` (:func:`suite_plan` or :func:`plan`) against the always-on job; ``reached`` and ``missed``
+    list the kill points that were and were not reached."""
+
+    seed: int
+    actions: list[Action]
+    workdir: Path
+    bootstrap: str
+    log: Callable[[str], None] = print
+    outcomes: list[tuple[str, str]] = field(default_factory=list)
+    reached: list[str] = field(default_factory=list)
+    missed: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.settings = Settings(
+            kafka_bootstrap_servers=self.bootstrap,
+            base_path=str(self.workdir / "data"),
+            schema=f"nemesis_{self.seed}",
+            events_topic=f"nemesis-events-{self.seed}",
+            alerts_topic=f"nemesis-alerts-{self.seed}",
+            acks_topic=f"nemesis-acks-{self.seed}",
+            trigger="2 seconds",
+            alerts_trigger="realtime:5 seconds",
+            ack_timeout="2 minutes",
+            device_timeout="3 minutes",
+            max_offsets_per_trigger=2_000,
+        )
+        self.params = {
+            name: str(getattr(self.settings, name))
+            for name in (
+                "kafka_bootstrap_servers",
+                "base_path",
+                "schema",
+                "events_topic",
+                "alerts_topic",
+                "acks_topic",
+                "trigger",
+                "alerts_trigger",
+                "ack_timeout",
+                "device_timeout",
+                "max_offsets_per_trigger",
+            )
+        }
+        self.fleet = Fleet(self.seed)
+        self.driver: Driver | None = None
+        self.broker_killed = False
+        self.broker_dir = self.workdir / "broker"
+
+    # ---------------------------------------------------------------------------------------- actions
+    def run(self) -> list[tuple[str, str]]:
+        broker.up(self.bootstrap, self.broker_dir)
+        broker.create_topics(self.bootstrap, [self.settings.events_topic, self.settings.alerts_topic], partitions=2)
+        broker.create_topics(self.bootstrap, [self.settings.acks_topic], partitions=1)
+        self.producer = FleetProducer(self.fleet, self.bootstrap, self.settings.events_topic)
+        self.producer.start()
+        started = time.monotonic()
+        for index, action in enumerate(self.actions):
+            outcome = getattr(self, f"_{action.kind}")(action)
+            self.outcomes.append((str(action), outcome))
+            self.log(f"{index + 1:>3} {time.monotonic() - started:6.0f} s  {str(action):40} {outcome}")
+        self.producer.stop()
+        self.acknowledged = self.producer.acknowledged
+        if self.driver is not None:
+            self.outcomes.append(("final stop", f"exit {self.driver.kill()}"))
+        self.driver = Driver(self.params, "drain", self.log)
+        code = self.driver.end(900)
+        assert code == 0, f"the final run failed (exit {code}):\n{self.driver.errors()}"
+        self.log(f"    {time.monotonic() - started:6.0f} s  drained: exit 0")
+        return self.outcomes
+
+    def _running(self, point: str | None = None) -> Driver:
+        """The job running (``point`` armed: a fresh run); a run that is not wanted any more is killed first."""
+        if self.driver is not None and (point is not None or self.driver.proc.poll() is not None):
+            self._end_run()
+        if self.driver is None:
+            self.driver = Driver(self.params, point, self.log)
+        return self.driver
+
+    def _end_run(self) -> None:
+        code = self.driver.kill()
+        # a run may fail on the broker's outage after the broker action returned: the job would be started again
+        self._expect_exit(code, allowed=(-signal.SIGKILL, 1) if self.broker_killed else (-signal.SIGKILL,))
+        self.driver, self.broker_killed = None, False
+
+    def _expect_exit(self, code: int, allowed: tuple[int, ...]) -> None:
+        assert code in allowed, f"the job exited {code} ({self.driver.point}):\n{self.driver.errors()}"
+
+    def _point(self, action: Action) -> str:
+        """A fresh run with the point armed; it must die there within :data:`POINT_WAIT_S` (else: ``missed``)."""
+        driver = self._running(action.arg)
+        try:
+            code = driver.end(POINT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self._end_run()
+            self.missed.append(action.arg)
+            return f"NOT REACHED in {POINT_WAIT_S} s ({driver.writes} writes; {driver.committed()})"
+        self._expect_exit(code, allowed=(-signal.SIGKILL,))
+        assert f"reached {action.arg}" in driver.lines, f"the run died before {action.arg}:\n{driver.errors()}"
+        self.driver = None
+        self.reached.append(action.arg)
+        return f"killed at the point ({driver.writes} writes)"
+
+    def _moment(self, action: Action) -> str:
+        driver = self._running()
+        first = driver.writes
+        driver.wait_for(lambda: driver.writes > first, 240, "a Delta write")
+        time.sleep(float(action.arg))  # the seeded moment after progress
+        self._end_run()
+        return f"killed {action.arg} s after a write"
+
+    def _sink(self, _action: Action) -> str:
+        driver = self._running()
+        topic = self.settings.alerts_topic
+        before = sum(topic_end_offsets(self.bootstrap, topic).values())
+        driver.wait_for(lambda: sum(topic_end_offsets(self.bootstrap, topic).values()) > before, 240, "an alert")
+        self._end_run()
+        return "killed while alerts were written"
+
+    def _broker(self, _action: Action) -> str:
+        driver = self._running()
+        first = driver.writes
+        driver.wait_for(lambda: driver.writes > first, 240, "a Delta write")
+        broker.kill(self.broker_dir)  # kill -9 while the fleet produces and the job reads and writes
+        self.broker_killed = True
+        broker.up(self.bootstrap, self.broker_dir)  # recovers its logs from disk
+        acked = len(self.producer.acknowledged)
+        deadline = time.monotonic() + 240
+        while len(self.producer.acknowledged) <= acked:  # the producer got through again
+            assert time.monotonic() < deadline, "the producer did not get through after the broker came back"
+            time.sleep(0.1)  # polling the producer's acknowledgements
+        if driver.proc.poll() is not None:  # the job run failed on the outage: Databricks would start a new one
+            self._expect_exit(driver.end(10), allowed=(1,))
+            self.driver, self.broker_killed = None, False
+            return f"broker killed and back; the job run failed on it ({driver.errors().splitlines()[-1:]})"
+        return "broker killed and back"
+
+    def _stop_alerts(self, action: Action) -> str:
+        driver = self._running(f"stop_alerts:{action.arg}")
+        driver.wait_for(lambda: "restarted alerts" in driver.lines, 240, "the alert query's restart")
+        return "real-time alert query stopped and started again"
+
+    def _second_writer(self, _action: Action) -> str:
+        driver = self._running()
+        driver.wait_for(lambda: driver.writes > 0, 240, "a Delta write")
+        second = Driver(self.params, None, self.log)
+        code = second.end(240)
+        said = "\n".join(second.stderr + second.lines)
+        assert code == 1 and f"is already running: process {driver.proc.pid} " in said, (
+            f"a second run of the job did not fail naming the first (exit {code}):\n{said[-2000:]}"
+        )
+        return "refused: " + next(line for line in said.splitlines() if "already running" in line)[:90]
+
+
+# ---------------------------------------------------------------------------------------------------- the verdict
+def _frame(settings: Settings, table: str, columns: list[str] | None = None) -> pd.DataFrame:
+    from sensorcep.io import delta
+    from sensorcep.runtime import get_spark
+
+    path = settings.table_path(table)
+    if not delta.table_exists(path, get_spark()):
+        return pd.DataFrame(columns=columns or [])
+    return delta_frame(path, columns)
+
+
+def verify(settings: Settings, acknowledged: dict) -> dict[str, int]:
+    """Exact checks over the drained tables; raises AssertionError naming the first difference. Returns counts."""
+    bootstrap, topic = settings.kafka_bootstrap_servers, settings.events_topic
+    in_topic = {(p, o) for p, o, _, _ in topic_records(bootstrap, topic)}
+    assert set(acknowledged) <= in_topic, "an acknowledged record is not in the topic"
+    where: dict[tuple, str] = {}
+    for table in ("bronze_events", "quarantine_events", "duplicate_events"):
+        frame = _frame(settings, table, ["topic", "partition", "offset"])
+        for p, o in zip(frame.partition, frame.offset, strict=True):
+            assert (p, o) not in where, f"record {(p, o)} is in {where.get((p, o))} and in {table}"
+            where[(p, o)] = table
+    assert set(where) == in_topic, (
+        f"ingest's tables hold {len(set(where) - in_topic)} records the topic has not and miss "
+        f"{len(in_topic - set(where))} of its {len(in_topic)} records"
+    )
+    expected_table = {
+        "ok": "bronze_events",
+        "anomaly": "bronze_events",
+        "late": "bronze_events",
+        "resent": "duplicate_events",
+        "ahead": "quarantine_events",
+        "malformed": "quarantine_events",
+    }
+    wrong = {c: (r.kind, where[c]) for c, r in acknowledged.items() if where[c] != expected_table[r.kind]}
+    assert not wrong, f"{len(wrong)} records in the wrong table, e.g. {list(wrong.items())[:3]}"
+
+    bronze = _frame(settings, "bronze_events", ["device_id", "sensor_freq", "event_time"])
+    late = _frame(settings, "late_events", ["query", "device_id", "event_time", "late_by_s", "batch_id"])
+    for query, rows in late.groupby("query"):
+        assert not rows.duplicated(["device_id", "event_time"]).any(), f"{query}: a late event recorded twice"
+        assert (rows.late_by_s >= 0).all(), f"{query}: a late event after the watermark it missed"
+    sampling_late = late[late["query"] == settings.query_name("sampling")]
+    key = ["device_id", "event_time"]
+    took = bronze.merge(sampling_late[key], on=key, how="left", indicator=True)
+    took = took[took._merge == "left_only"].drop(columns="_merge")
+    assert len(sampling_late.merge(bronze[key], on=key)) == len(sampling_late), "a late event is not in bronze"
+    batch = pd.DataFrame(
+        {
+            "device_id": took.device_id,
+            "sensor_freq": took.sensor_freq.astype("float64"),
+            "event_time_us": took.event_time.map(lambda t: pd.Timestamp(t).value // 1000),
+        }
+    )
+    want = oracle_rows(
+        reference_samples([batch], settings.window_seconds, settings.slide_seconds, settings.watermark_seconds)
+    )
+    got = sample_rows(settings)
+    assert len(got) == len(set(got)), "a sample row twice"
+    assert got == want, f"sensor_samples differs from the oracle: {len(set(got) ^ set(want))} rows differ"
+
+    rule = "negative_frequency"  # the packaged rule set: sensor_freq < 0
+    anomalous = bronze[bronze.sensor_freq < 0]
+    expected_ids = {
+        alerts.alert_id(d, pd.Timestamp(t).value // 1000, rule)
+        for d, t in zip(anomalous.device_id, anomalous.event_time, strict=True)
+    }
+    anomalies = _frame(settings, "anomalies", ["alert_id"])
+    assert not anomalies.alert_id.duplicated().any(), "anomalies: an alert_id twice"
+    assert set(anomalies.alert_id) == expected_ids, "anomalies differ from the anomalous events in bronze"
+    alerted = {json.loads(v)["alert_id"] for _, _, _, v in topic_records(bootstrap, settings.alerts_topic)}
+    assert expected_ids <= alerted, f"{len(expected_ids - alerted)} anomalies never reached the alerts topic"
+    escalations = _frame(settings, "alert_escalations", ["alert_id"])
+    assert not escalations.alert_id.duplicated().any(), "alert_escalations: an alert_id twice"
+    assert set(escalations.alert_id) <= expected_ids, "an escalation of no anomaly"
+
+    progress = _frame(settings, "stream_progress", ["query_name", "batch_id", "rows_dropped_by_watermark"])
+    dropped = progress[pd.to_numeric(progress.rows_dropped_by_watermark).fillna(0) > 0]
+    first_late = late.groupby("query").batch_id.min().to_dict() if len(late) else {}
+    held = set(zip(late["query"], late.batch_id, strict=True)) if len(late) else set()
+    at_least_once = {
+        settings.query_name("alert_lifecycle")
+    }  # its input, the alerts topic, repeats alerts: held earlier
+    unheld = [
+        (q, b)
+        for q, b in zip(dropped.query_name, dropped.batch_id, strict=True)
+        if (q, b) not in held and not (q in at_least_once and first_late.get(q, b + 1) <= b)
+    ]
+    assert not unheld, f"stream_progress says rows were dropped that late_events does not hold: {unheld[:5]}"
+    return {
+        "records": len(in_topic),
+        "acknowledged": len(acknowledged),
+        "bronze": int((pd.Series(where) == "bronze_events").sum()),
+        "quarantine": int((pd.Series(where) == "quarantine_events").sum()),
+        "duplicates": int((pd.Series(where) == "duplicate_events").sum()),
+        "late": len(late),
+        "samples": len(got),
+        "anomalies": len(expected_ids),
+        "escalations": len(escalations),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--kills", type=int, default=60, help="length of the random chain")
+    parser.add_argument("--suite", action="store_true", help="the suite's plan: every point kind once")
+    parser.add_argument("--broker", default="127.0.0.1:19095", help="host:port of the nemesis' own broker")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="nemesis-"))
+    actions = suite_plan(args.seed) if args.suite else plan(args.seed, args.kills)
+    print(f"seed {args.seed}, plan: {', '.join(map(str, actions))}", flush=True)
+    nemesis = Nemesis(args.seed, actions, workdir, args.broker)
+    try:
+        nemesis.run()
+        counts = verify(nemesis.settings, nemesis.acknowledged)
+        print(json.dumps(counts))
+        print(f"reached {len(nemesis.reached)} points: {', '.join(nemesis.reached)}")
+        assert not nemesis.missed, f"points not reached: {', '.join(nemesis.missed)}"
+        print(f"✔ {len(actions)} actions, seed {args.seed}: every record accounted for, samples equal the oracle")
+    finally:
+        broker.down(nemesis.broker_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""The always-on job in a process of its own, for the seeded fault test (``tests/support/nemesis.py``).
+
+    python tests/support/nemesis_driver.py '<job parameters as JSON>' [point]
+
+It runs every task of ``sensor_cep_streaming`` as ``python -m sensorcep run --job sensor_cep_streaming`` does (one
+Spark application) and prints a line as each Delta write of a query starts (``write <query> <table> <n>``) and when
+it committed something (``committed <query> <table> <k>``), so the nemesis acts on progress, not on time. ``point``
+arms one fault inside the process; each is reached or the run never dies by itself (the nemesis then fails the test):
+
+* ``before:<query>:<table>:K``  kill -9 of its own process group (Python driver, Spark JVM, Python workers) as the
+  query's K-th non-empty append or MERGE of ``<table>`` starts: the micro-batch is half written;
+* ``after:<query>:<table>:K``   the same right after the query's K-th write that committed to ``<table>``, before
+  Spark records the micro-batch as done: the replay must add nothing;
+* ``offset_log:<query>:K`` / ``commit_log:<query>:K``  kill -9 as the K-th new file lands in the query's
+  checkpoint ``offsets/`` (the batch is planned, not run) or ``commits/`` (done, the next one not planned);
+* ``state_commit:<query>:K``    kill -9 as the K-th new state store version file lands under its ``state/``;
+* ``delta_checkpoint:<table>:1`` kill -9 as the table's next Delta checkpoint (every 10 commits) lands;
+* ``stop_alerts:K``             after the anomalies query's K-th write, stop the real-time alert query and start it
+  again on its checkpoint (a task restart of the always-on job);
+* ``drain``                     no fault: run until every query has read everything and applied the final watermark,
+  then stop cleanly and exit 0.
+
+A line ``reached <point>`` is printed before a kill. Without ``point`` the job runs until the nemesis kills it from
+outside (or for 10 minutes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the support package
+
+#: file points: the folder (under the query's checkpoint or the table) whose new files count
+FILE_POINTS = {"offset_log": "offsets", "commit_log": "commits", "state_commit": "state", "delta_checkpoint": ""}
+
+
+def die(point: str) -> None:
+    print(f"reached {point}", flush=True)
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def _files(root: Path, pattern: str) -> set[str]:
+    return {str(p) for p in root.glob(pattern) if not p.name.startswith(".")} if root.exists() else set()
+
+
+def watch_files(point: str, settings) -> None:
+    """Kill the process as the K-th new file of a file point lands (polled every 2 ms from a thread)."""
+    kind, name, k = point.split(":")
+    if kind == "delta_checkpoint":
+        root, pattern, suffixes = Path(settings.table_path(name)) / "_delta_log", "*.checkpoint*.parquet", None
+    elif kind == "state_commit":  # a state store version: RocksDB's .zip / .changelog, HDFS-backed .delta / .snapshot
+        root, pattern = Path(settings.checkpoint_path(name)) / "state", "**/[0-9]*.*"
+        suffixes = {".zip", ".changelog", ".delta", ".snapshot"}
+    else:
+        root, pattern, suffixes = Path(settings.checkpoint_path(name)), f"{FILE_POINTS[kind]}/[0-9]*", None
+
+    def files() -> set[str]:
+        found = _files(root, pattern)
+        return {f for f in found if Path(f).suffix in suffixes} if suffixes else found
+
+    def run() -> None:
+        seen = files()
+        new = 0
+        while True:
+            now = files()
+            new += len(now - seen)
+            seen = now
+            if new >= int(k):
+                die(point)
+            time.sleep(0.002)  # polling the checkpoint folder: the kill must follow the file closely
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+def arm(spark, point: str | None, on_write) -> None:
+    """Wrap the Delta writes of :class:`sensorcep.io.lake.Tables` with progress lines and the write kill point: the
+    query is the one whose micro-batch runs the write (Spark's ``sql.streaming.queryId`` of the calling thread)."""
+    from sensorcep.io.lake import Tables
+
+    where, armed_query, armed_table, k = "", "", "", 0
+    if point and point.split(":")[0] in ("before", "after"):
+        where, armed_query, armed_table, k = point.split(":")[0], *point.split(":")[1:3], int(point.split(":")[3])
+    calls: dict[tuple[str, str], int] = {}
+    nonempty: dict[tuple[str, str], int] = {}
+    committed: dict[tuple[str, str], int] = {}
+    lock = threading.Lock()
+
+    def query_of(df) -> str:
+        query_id = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+        found = df.sparkSession.streams.get(query_id) if query_id else None
+        return found.name if found is not None else "-"
+
+    def wrap(method):
+        def call(self, df, name, *args, **kwargs):
+            query = query_of(df)
+            key = (query, name)
+            with lock:
+                calls[key] = calls.get(key, 0) + 1
+            print(f"write {query} {name} {calls[key]}", flush=True)
+            on_write(query, name, calls[key])
+            mine = query == armed_query and name == armed_table
+            if mine and where == "before" and not df.isEmpty():
+                nonempty[key] = nonempty.get(key, 0) + 1
+                if nonempty[key] == k:
+                    die(point)
+            log = Path(self.settings.table_path(name)) / "_delta_log"
+            before = len(list(log.glob("*.json"))) if log.exists() else 0
+            result = method(self, df, name, *args, **kwargs)
+            if log.exists() and len(list(log.glob("*.json"))) > before:
+                with lock:
+                    committed[key] = committed.get(key, 0) + 1
+                print(f"committed {query} {name} {committed[key]}", flush=True)
+                if mine and where == "after" and committed[key] == k:
+                    die(point)
+            return result
+
+        return call
+
+    Tables.append_batch = wrap(Tables.append_batch)
+    Tables.merge_new_rows = wrap(Tables.merge_new_rows)
+    Tables.write = wrap(Tables.write)
+
+
+def main() -> None:
+    from sensorcep.local import jobs
+    from sensorcep.pipeline import queries
+    from sensorcep.runtime import get_spark
+    from sensorcep.settings import Settings
+    from support.streams import drained
+
+    params = json.loads(sys.argv[1])
+    point = sys.argv[2] if len(sys.argv) > 2 else None
+    settings = Settings.from_mapping({k: v for k, v in params.items() if k != "task"})
+    spark = get_spark()
+    restart_alerts_after = int(point.split(":")[1]) if point and point.startswith("stop_alerts:") else None
+
+    def on_write(query: str, table: str, n: int) -> None:
+        if table == "anomalies" and n == restart_alerts_after:
+            threading.Thread(target=restart_alerts, daemon=True).start()
+
+    def restart_alerts() -> None:
+        running = [q for q in spark.streams.active if q.name == settings.query_name("alerts")]
+        for query in running:
+            query.stop()
+        queries.query("alerts").start(spark, settings.replace(alerts_trigger=params["alerts_trigger"]), wait=False)
+        print("restarted alerts", flush=True)
+
+    arm(spark, point, on_write)
+    if point and point.split(":")[0] in FILE_POINTS:
+        watch_files(point, settings)
+    until = drained(settings) if point == "drain" else None
+    jobs.run_always_on(params=params, until=until, minutes=10, every_s=3600, out=lambda line: None, spark=spark)
+    print("completed", flush=True)
+
+
+if __name__ == "__main__":
+    main()
