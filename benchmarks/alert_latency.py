@@ -166,7 +166,7 @@ def measure(
 def measure_on(spark, settings: Settings, rate: int, trigger: str, seconds: float, warmup: float, drain: float) -> dict:
     query = alerts.start_alerts(spark, settings, wait=False)
     beside = None
-    if settings.trigger != "availableNow":  # the sampling query on the same events (from Kafka: no ingest here)
+    if not settings.runs_to_end:  # the sampling query on the same events (from Kafka: no ingest here)
         beside = sampling.start_sampling(spark, settings, wait=False, events=valid_event_stream(spark, settings))
     processes = multiprocessing.get_context("spawn")
     expected_q, sent_q, received_q = processes.Queue(), processes.Queue(), processes.Queue()

@@ -151,6 +151,17 @@ class Settings:
         settings.validate()
         return settings
 
+    def __post_init__(self):
+        # one spelling per trigger, the parser's (``available_now`` -> ``availableNow``): code asks the parsed value
+        # (:attr:`runs_to_end`, :func:`is_realtime`), never compares the text; junk is left for validate() to name
+        for name in ("trigger", "alerts_trigger"):
+            object.__setattr__(self, name, canonical_trigger(getattr(self, name)))
+
+    @property
+    def runs_to_end(self) -> bool:
+        """The micro-batch ``trigger`` drains what is there and stops (``availableNow``, ``once``): a batch job."""
+        return trigger_runs_to_end(self.trigger)
+
     def replace(self, **changes) -> Settings:
         new = dataclasses.replace(self, **changes)
         new.validate()
@@ -404,6 +415,21 @@ def parse_trigger(text: str) -> dict:
 
 def is_realtime(trigger: str) -> bool:
     return "realTime" in parse_trigger(trigger)
+
+
+def trigger_runs_to_end(trigger: str) -> bool:
+    """``availableNow`` / ``once`` (in any accepted spelling): the query stops by itself at the end of its input."""
+    return bool({"availableNow", "once"} & set(parse_trigger(trigger)))
+
+
+def canonical_trigger(text: str) -> str:
+    """One spelling for the triggers that run to the end (``available_now`` -> ``availableNow``); intervals and
+    real-time triggers keep the user's text; text that is not a trigger is returned as it is (validate names it)."""
+    try:
+        kwargs = parse_trigger(text)
+    except SettingsError:
+        return text
+    return next(iter(kwargs)) if {"availableNow", "once"} & set(kwargs) else text
 
 
 def parse_pools(text: str) -> dict[str, int]:

@@ -173,3 +173,29 @@ def test_the_cli_prints_any_project_error_as_one_sentence(monkeypatch, capsys):
         "'1 minute 30 seconds'"
     ]
     assert issubclass(SettingsError, SensorCepError) and issubclass(SettingsError, ValueError)
+
+
+@pytest.mark.parametrize("spelling", ["availableNow", "available_now", " available_now "])
+def test_every_spelling_of_available_now_runs_to_the_end_everywhere(spelling, monkeypatch):
+    from sensorcep.pipeline import always_on, streaming
+
+    settings = Settings.from_mapping({"trigger": spelling})
+    assert settings.trigger == "availableNow" and settings.runs_to_end
+    assert not Settings.from_mapping({"trigger": "10 seconds"}).runs_to_end
+
+    class Query:  # a stand-in: finish() must wait for it, as for any query that runs to the end
+        waited = False
+
+        def awaitTermination(self, timeout=None):
+            Query.waited = True
+
+        def exception(self):
+            return None
+
+    monkeypatch.setattr(streaming, "release_checkpoints", lambda: None)
+    monkeypatch.setattr(streaming, "flush_progress", lambda *args: None)
+    monkeypatch.setattr(streaming.SparkSession, "active", staticmethod(lambda: None))
+    streaming.finish(Query(), settings)
+    assert Query.waited, f"finish() returned before a trigger={spelling!r} query had processed its input"
+    with pytest.raises(SettingsError, match="always-on job keeps queries running"):
+        always_on.start_task(None, "ingest", settings)

@@ -179,7 +179,7 @@ def start_side_by_side(spark: SparkSession, settings: Settings):
     """
 
     alert_settings = settings
-    if is_realtime(settings.alerts_trigger) and settings.trigger == "availableNow":
+    if is_realtime(settings.alerts_trigger) and settings.runs_to_end:
         alert_settings = settings.replace(alerts_trigger=f"realtime:{BOUNDED_REALTIME_INTERVAL}")
     return start_alerts(spark, alert_settings, wait=False), sampling.start_sampling(spark, settings, wait=False)
 
@@ -193,7 +193,7 @@ def finish_side_by_side(alerts_query, sampling_query, settings: Settings):
     """
 
     sampling_query = finish(sampling_query, settings)
-    if is_realtime(settings.alerts_trigger) and settings.trigger == "availableNow":
+    if is_realtime(settings.alerts_trigger) and settings.runs_to_end:
         stop_when_caught_up(alerts_query)
     return finish(alerts_query, settings, settings.alerts_trigger), sampling_query
 

@@ -96,7 +96,7 @@ def start_task(spark: SparkSession, task: str, settings: Settings) -> RunningTas
     """Start the queries of one always-on task (they run until stopped)."""
     if task not in TASKS:
         raise SettingsError(f"unknown always-on task {task!r}; known: {', '.join(TASKS)}")
-    if settings.trigger == "availableNow":
+    if settings.runs_to_end:
         raise SettingsError("the always-on job keeps queries running: give trigger an interval (e.g. '10 seconds')")
     declared = queries.tasks()[task]
     if any(q.reads_bronze for q in declared):

@@ -25,7 +25,7 @@ from sensorcep.observability.monitoring import ensure_progress_listener, flush_p
 from sensorcep.observability.progress import offsets_behind
 from sensorcep.pipeline import queries
 from sensorcep.runtime import classic_context, session_key, set_trigger
-from sensorcep.settings import Settings, parse_trigger
+from sensorcep.settings import Settings, parse_trigger, trigger_runs_to_end
 
 log = logging.getLogger(__name__)
 _said_no_pools: set[str] = set()
@@ -96,8 +96,8 @@ def start_query(
 def finish(
     query: StreamingQuery, settings: Settings, trigger: str | None = None, timeout_s: float | None = None
 ) -> StreamingQuery:
-    """Wait for an availableNow query to drain and stop; leave continuous queries running."""
-    if (trigger or settings.trigger) != "availableNow":
+    """Wait for a query whose trigger runs to the end (``availableNow``, ``once``) to stop; leave others running."""
+    if not trigger_runs_to_end(trigger or settings.trigger):
         return query
     try:
         query.awaitTermination(timeout_s)
