@@ -46,7 +46,7 @@ from stateful_rules import rule_set  # noqa: E402
 
 from sensorcep.local import broker, simulator  # noqa: E402
 from sensorcep.observability.monitoring import stop_session  # noqa: E402
-from sensorcep.pipeline import always_on, queries  # noqa: E402
+from sensorcep.pipeline import always_on, registry  # noqa: E402
 from sensorcep.pipeline.streaming import stop_queries  # noqa: E402
 from sensorcep.rules import catalog  # noqa: E402
 from sensorcep.rules.model import load_rules  # noqa: E402
@@ -79,7 +79,7 @@ def run_alone(spark, settings, name: str, clock: CpuClock) -> tuple[float, float
     """One availableNow run of query ``name``: (CPU s, wall s, input rows)."""
     clock.read()
     started = time.perf_counter()
-    query = queries.query(name).start(spark, settings)
+    query = registry.query(name).start(spark, settings)
     wall = time.perf_counter() - started
     rows = sum(p["numInputRows"] for p in query.recentProgress) if query is not None else 0
     return clock.read(), wall, rows
@@ -87,7 +87,7 @@ def run_alone(spark, settings, name: str, clock: CpuClock) -> tuple[float, float
 
 def per_event(spark, settings, events: int, clock: CpuClock) -> dict[str, dict]:
     out = {}
-    for name in queries.registry():
+    for name in registry.registry():
         cpu, wall, rows = run_alone(spark, settings, name, clock)
         idle_cpu, idle_wall, _ = run_alone(spark, settings, name, clock)
         out[name] = {
@@ -124,7 +124,7 @@ def breakdown(progress: list[dict]) -> dict[str, float]:
 
 
 def per_batch(spark, settings, args, clock: CpuClock) -> dict[str, dict]:
-    tasks = [always_on.start_task(spark, task, settings) for task in queries.TASK_ORDER]
+    tasks = [always_on.start_task(spark, task, settings) for task in always_on.TASKS]
     running = [q for task in tasks for q in task.queries]
     spawn = multiprocessing.get_context("spawn")
     sent = spawn.Queue()  # the producer's report, unread: kept referenced while it runs

@@ -38,7 +38,7 @@ from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from sensorcep.io.lake import Tables  # noqa: E402
 from sensorcep.local import broker  # noqa: E402
-from sensorcep.pipeline import queries as registry  # noqa: E402
+from sensorcep.pipeline import registry  # noqa: E402
 from sensorcep.pipeline.ingest import wait_for_bronze  # noqa: E402
 from sensorcep.runtime import get_spark  # noqa: E402
 from sensorcep.settings import env_settings, parse_duration  # noqa: E402

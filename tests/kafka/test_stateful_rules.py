@@ -20,7 +20,7 @@ from support.streams import T0, T0_US, batch_stream, events, late_rows, topic_re
 from sensorcep.io.lake import Tables
 from sensorcep.local import simulator
 from sensorcep.local.broker import create_topics
-from sensorcep.pipeline import alerts, always_on, ingest, queries, stateful_rules
+from sensorcep.pipeline import alerts, always_on, ingest, registry, stateful_rules
 from sensorcep.pipeline.backtest import backtest
 from sensorcep.pipeline.streaming import start_query, stop_queries
 from sensorcep.rules import catalog
@@ -208,7 +208,7 @@ def test_a_running_stateful_rules_query_picks_up_a_rule_change_mid_stream(spark,
             task.queries[0].processAllAvailable()
 
     deliver(None, [("d1", 0.0, 0), ("d1", 30.0, 10), ("d1", 0.0, 100)])  # 0 -> 10 s: +3/s
-    task = always_on.RunningTask(spark, settings, [queries.query("stateful_rules")]).start()
+    task = always_on.RunningTask(spark, settings, [registry.query("stateful_rules")]).start()
     try:
         task.queries[0].processAllAvailable()
         deliver(task, [("d1", 0.0, 200)])  # its batch runs with watermark 70 s: 0 and 10 s are judged by v1

@@ -8,7 +8,7 @@ import pytest
 from support.streams import batch_stream, delta_frame, delta_version, events, write_batches
 
 from sensorcep.observability import live, monitoring, reports
-from sensorcep.pipeline import queries, sampling, streaming
+from sensorcep.pipeline import registry, sampling, streaming
 
 
 def _noop(batch, batch_id):
@@ -69,7 +69,7 @@ def test_read_progress_and_health_of_the_recorded_run(short_run, spark):
 
     query, settings = short_run
     progress = reports.read_progress(spark, settings)
-    verdicts = health.check_health(progress, queries.trigger_intervals(settings))
+    verdicts = health.check_health(progress, registry.trigger_intervals(settings))
     assert {v.rule for v in verdicts} == {
         "falling_behind",
         "slow_batches",

@@ -129,7 +129,7 @@ def arm(spark, point: str | None, on_write) -> None:
 
 def main() -> None:
     from sensorcep.local import jobs
-    from sensorcep.pipeline import queries
+    from sensorcep.pipeline import registry
     from sensorcep.runtime import get_spark
     from sensorcep.settings import Settings
     from support.streams import drained
@@ -148,7 +148,7 @@ def main() -> None:
         running = [q for q in spark.streams.active if q.name == settings.query_name("alerts")]
         for query in running:
             query.stop()
-        queries.query("alerts").start(spark, settings.replace(alerts_trigger=params["alerts_trigger"]), wait=False)
+        registry.query("alerts").start(spark, settings.replace(alerts_trigger=params["alerts_trigger"]), wait=False)
         print("restarted alerts", flush=True)
 
     arm(spark, point, on_write)

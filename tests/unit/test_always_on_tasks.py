@@ -47,8 +47,12 @@ def test_a_task_query_with_nothing_to_do_holds_an_empty_slot_until_a_refresh_giv
         return started[-1]
 
     declared = [
-        queries.Query("sampling", lambda spark, settings, wait=True: Running("sampling"), "sampling_state", "x"),
-        queries.Query("stateful_rules", start_rules, "sampling_state", "y", reload_when=lambda s, t: rules["version"]),
+        queries.Query(
+            "sampling", lambda spark, settings, wait=True: Running("sampling"), "sampling_state", ("sensor_samples",)
+        ),
+        queries.Query(
+            "stateful_rules", start_rules, "sampling_state", ("late_events",), reload_when=lambda s, t: rules["version"]
+        ),
     ]
     task = always_on.RunningTask(None, always_on.Settings(), declared).start()
     assert [q.name for q in task.queries] == ["sampling"] and task.slots[1] is None

@@ -18,7 +18,7 @@ from databricks.bundles.schemas import Schema
 from databricks.bundles.volumes import Volume
 
 from sensorcep.local import jobs
-from sensorcep.pipeline import queries
+from sensorcep.pipeline import registry
 from sensorcep.settings import PROJECT_ROOT, parameter_names
 
 ROOT_YAML = yaml.safe_load((PROJECT_ROOT / "databricks.yml").read_text())
@@ -138,7 +138,7 @@ def _query_starters(job_key: str) -> set[str]:
         if task.notebook is not None:
             sources = [c.source for c in nbformat.read(task.notebook, as_version=4).cells if c.cell_type == "code"]
         else:
-            sources = [inspect.getsource(q.start) for q in queries.tasks()[task.parameters["task"]]]
+            sources = [inspect.getsource(q.start) for q in registry.tasks()[task.parameters["task"]]]
         found |= {name for source in sources for name in re.findall(r"\b(start_\w+)\(", source)}
     return found
 

@@ -1,14 +1,17 @@
 """The query registry: every streaming query declared once, and every part of the project reading it."""
 
+import sys
+import types
+
 import pytest
 
 from sensorcep.local import jobs
-from sensorcep.pipeline import always_on, queries
+from sensorcep.pipeline import always_on, queries, registry
 from sensorcep.settings import Settings
 
 
 def test_every_query_is_declared_once_with_its_task_trigger_setting_and_pool():
-    declared = queries.registry()
+    declared = registry.registry()
     assert list(declared) == [
         "ingest",
         "device_activity",
@@ -36,37 +39,56 @@ def test_every_query_is_declared_once_with_its_task_trigger_setting_and_pool():
 
 
 def test_the_always_on_job_and_the_bundle_run_the_registry_tasks():
-    assert always_on.TASKS == queries.TASK_ORDER == tuple(queries.tasks())
+    assert always_on.TASKS == queries.TASK_ORDER == tuple(registry.tasks())
     assert [t.parameters["task"] for t in jobs.tasks(jobs.ALWAYS_ON_JOB_KEY)] == list(queries.TASK_ORDER)
 
 
 def test_monitoring_knows_each_declared_querys_trigger():
     s = Settings(trigger="10 seconds", alerts_trigger="1 second", query_suffix="_x")
-    intervals = queries.trigger_intervals(s)
-    assert intervals == {f"{name}_x": 1_000 if name == "alerts" else 10_000 for name in queries.registry()}
+    intervals = registry.trigger_intervals(s)
+    assert intervals == {f"{name}_x": 1_000 if name == "alerts" else 10_000 for name in registry.registry()}
 
 
-def test_adding_a_query_is_one_declaration(monkeypatch):
-    monkeypatch.setattr(queries, "_DECLARED", dict(queries._DECLARED))
+ROLLUP_MODULE = """
+from sensorcep.pipeline import queries
 
-    @queries.declare("hourly_rollup", task="sampling_state", writes="rollups", pool="sampling", reads_bronze=True)
-    def start_hourly_rollup(spark, settings, *, wait=True):
-        return None
 
-    assert queries.query("hourly_rollup").start is start_hourly_rollup
-    assert [q.name for q in queries.tasks()["sampling_state"]] == [
+@queries.declare("hourly_rollup", task="sampling_state", writes="sensor_samples", pool="sampling", reads_bronze=True)
+def start_hourly_rollup(spark, settings, *, wait=True):
+    return None
+"""
+
+
+def test_adding_a_query_is_a_declaration_in_its_module_and_the_module_in_the_list(monkeypatch):
+    module = types.ModuleType("sensorcep_test_rollup")  # a new pipeline module, written the documented way
+    exec(compile(ROLLUP_MODULE, "rollup.py", "exec"), module.__dict__)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    assert "hourly_rollup" not in registry.registry(), "declared but not listed: not collected"
+    monkeypatch.setattr(registry, "QUERY_MODULES", (*registry.QUERY_MODULES, module))
+
+    assert registry.query("hourly_rollup").start is module.start_hourly_rollup
+    assert module.start_hourly_rollup.query.tables == ("sensor_samples",)
+    assert [q.name for q in registry.tasks()["sampling_state"]] == [
         "device_activity",
         "hourly_rollup",
         "sampling",
         "stateful_rules",
     ]
-    assert "hourly_rollup" in queries.trigger_intervals(Settings())
+    assert "hourly_rollup" in registry.trigger_intervals(Settings())
+
+
+def test_each_query_writes_named_tables_and_topics_only():
+    tables = {name: q.tables for name, q in registry.registry().items()}
+    assert tables["stateful_rules"] == ("device_baselines", "late_events")
+    assert "quarantine_events" in tables["alert_lifecycle"]
+    with pytest.raises(ValueError, match="writes names 'rollups', neither a table of settings.TABLES"):
+        queries.declare("x", task="ingest", writes="bronze_events, rollups")
 
 
 def test_declarations_refuse_what_the_project_cannot_run():
     with pytest.raises(ValueError, match="task must be one of"):
-        queries.declare("x", task="nightly", writes="t")
+        queries.declare("x", task="nightly", writes="sensor_samples")
     with pytest.raises(ValueError, match="trigger_setting must be trigger or alerts_trigger"):
-        queries.declare("x", task="ingest", writes="t", trigger_setting="sometimes")
+        queries.declare("x", task="ingest", writes="sensor_samples", trigger_setting="sometimes")
     with pytest.raises(queries.UnknownQueryError, match="no query named 'ingets'; the project's queries: ingest, "):
-        queries.query("ingets")
+        registry.query("ingets")

@@ -24,7 +24,7 @@ from sensorcep.io.tables import table
 from sensorcep.local.session import jvm_console_to
 from sensorcep.observability.health import Verdict, check_health, health_line, health_table
 from sensorcep.observability.reports import read_progress
-from sensorcep.pipeline.queries import trigger_intervals
+from sensorcep.pipeline.registry import trigger_intervals
 from sensorcep.runtime import get_spark
 from sensorcep.settings import Settings
 

@@ -328,7 +328,7 @@ def write_transitions_batch(settings: Settings):
 @queries.declare(
     QUERY,
     task="alert_records",
-    writes="alert_events, alert_escalations, escalations topic, late_events",
+    writes="alert_events, alert_escalations, quarantine_events, escalations topic, late_events",
     pool="alerts",
     reload_when=catalog.fingerprint,
 )
@@ -340,7 +340,7 @@ def start_alert_lifecycle(spark: SparkSession, settings: Settings, *, wait: bool
     # the alerts topic is written at least once: a late alert can arrive twice, and is kept once
     writer = lateness.late_event_writer(settings, QUERY, write_transitions_batch(settings), input_repeats=True)
     stream = lifecycle_stream(alerts, acks, settings, by_rule, keep_late=True)
-    return launch(stream, settings, QUERY, wait=wait, foreach_batch=writer)
+    return launch(stream, settings, start_alert_lifecycle.query, wait=wait, foreach_batch=writer)
 
 
 def open_alerts(spark: SparkSession, settings: Settings) -> pd.DataFrame:

@@ -116,7 +116,7 @@ def start_alerts(spark: SparkSession, settings: Settings, *, wait: bool = True, 
     return launch(
         compiled_alerts(spark, settings, events).select(*kafka_columns()),
         settings,
-        QUERY,
+        start_alerts.query,
         wait=wait,
         sink=("kafka", sink_options(settings, settings.alerts_topic)),
     )
@@ -154,7 +154,7 @@ def start_anomalies(spark: SparkSession, settings: Settings, *, wait: bool = Tru
     return launch(
         read_alerts(spark, settings),
         settings,
-        ANOMALIES_QUERY,
+        start_anomalies.query,
         wait=wait,
         foreach_batch=merge_anomalies_batch(settings),
     )

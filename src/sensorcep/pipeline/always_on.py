@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sensorcep.observability.monitoring import stop_progress_listener
-from sensorcep.pipeline import queries
+from sensorcep.pipeline import queries, registry
 from sensorcep.pipeline.ingest import wait_for_bronze
 from sensorcep.pipeline.streaming import explain_failure
 from sensorcep.runtime import get_spark
@@ -98,7 +98,7 @@ def start_task(spark: SparkSession, task: str, settings: Settings) -> RunningTas
         raise SettingsError(f"unknown always-on task {task!r}; known: {', '.join(TASKS)}")
     if settings.runs_to_end:
         raise SettingsError("the always-on job keeps queries running: give trigger an interval (e.g. '10 seconds')")
-    declared = queries.tasks()[task]
+    declared = registry.tasks()[task]
     if any(q.reads_bronze for q in declared):
         wait_for_bronze(spark, settings)  # the medallion: bronze_events, which the ingest task creates, must exist
     return RunningTask(spark, settings, declared).start()

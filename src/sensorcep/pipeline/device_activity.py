@@ -157,4 +157,10 @@ def start_device_activity(spark, settings: Settings, *, wait: bool = True, event
     events = events if events is not None else bronze_event_stream(spark, settings)
     status = batch_writer(settings, "device_status", lambda: writer_id(settings, QUERY))
     writer = lateness.late_event_writer(settings, QUERY, status)
-    return launch(status_stream(events, settings, keep_late=True), settings, QUERY, wait=wait, foreach_batch=writer)
+    return launch(
+        status_stream(events, settings, keep_late=True),
+        settings,
+        start_device_activity.query,
+        wait=wait,
+        foreach_batch=writer,
+    )

@@ -347,4 +347,4 @@ def start_ingest(spark: SparkSession, settings: Settings, *, wait: bool = True):
     starting = "earliest" if checkpoint_exists(settings, QUERY) else resume_offsets(spark, settings)
     raw = read_kafka(spark, settings, settings.events_topic, starting_offsets=starting)
     stream = bronze_stream(raw, settings, devices)
-    return launch(stream, settings, QUERY, wait=wait, foreach_batch=write_ingest_batch(settings, extra))
+    return launch(stream, settings, start_ingest.query, wait=wait, foreach_batch=write_ingest_batch(settings, extra))

@@ -1,16 +1,22 @@
-"""Every streaming query of the project, declared once.
+"""What a streaming query is: its declaration, made where the query is built.
 
-A query is declared where it is built, by decorating its start function::
+A query is declared by decorating its start function in its pipeline module::
 
     @queries.declare("ingest", task="ingest", writes="bronze_events, quarantine_events, duplicate_events")
-    def start_ingest(spark, settings, *, wait=True): ...
+    def start_ingest(spark, settings, *, wait=True):
+        ...
+        return launch(stream, settings, start_ingest.query, wait=wait, foreach_batch=...)
 
-The declaration holds the query's name (its checkpoint folder and ``stream_progress.query_name``), the always-on
-task that runs it (the bundle's ``task_key``), which setting gives its trigger (``trigger`` or ``alerts_trigger``),
-its FAIR pool, what it writes, whether it reads ``bronze_events`` (then it waits for ingest to create it), and what
-it compiles in when it starts (``reload_when``: the always-on job restarts it when that changes, e.g. the rules).
-Starting and running to the end (:func:`sensorcep.pipeline.streaming.launch`), the always-on job, the local runner,
-monitoring and 05 all read :func:`registry`; adding a query is one decorated function in a pipeline module.
+The declaration (:class:`Query`, on the function as ``.query``) holds the query's name (its checkpoint folder and
+``stream_progress.query_name``), the always-on task that runs it (the bundle's ``task_key``), which setting gives its
+trigger (``trigger`` or ``alerts_trigger``), its FAIR pool, the tables and topics it writes (checked against
+:data:`sensorcep.settings.TABLES`), whether it reads ``bronze_events`` (then it waits for ingest to create it), and
+what it compiles in when it starts (``reload_when``: the always-on job restarts it when that changes, e.g. the rules).
+
+:mod:`sensorcep.pipeline.registry` lists the pipeline modules once and collects their declarations: starting
+(:func:`sensorcep.pipeline.streaming.launch` takes the declaration itself), the always-on job, the local runner,
+monitoring and 05 read it there. Adding a query: declare its start function in a module and list that module in
+``registry.QUERY_MODULES``. This module imports no pipeline module.
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sensorcep.errors import SensorCepError
-from sensorcep.observability.health import trigger_interval_ms
-from sensorcep.settings import Settings
+from sensorcep.settings import TABLES, Settings
+
+#: the topics a query may write besides tables (``writes="alerts topic"``)
+TOPICS = ("alerts topic", "escalations topic")
 
 
 class UnknownQueryError(SensorCepError, KeyError):
@@ -35,7 +43,7 @@ class Query:
     name: str
     start: Callable  # start(spark, settings, *, wait=True) -> StreamingQuery, or None when it has nothing to do
     task: str
-    writes: str
+    writes: tuple[str, ...]
     trigger_setting: str = "trigger"
     pool: str | None = None
     reads_bronze: bool = False
@@ -47,8 +55,10 @@ class Query:
         """The trigger this query runs with under ``settings``."""
         return getattr(settings, self.trigger_setting)
 
-
-_DECLARED: dict[str, Query] = {}
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """The Delta tables it writes."""
+        return tuple(w for w in self.writes if w in TABLES)
 
 
 def declare(
@@ -61,19 +71,24 @@ def declare(
     reads_bronze: bool = False,
     reload_when: Callable | None = None,
 ):
-    """Decorator: declare the query ``name`` that the decorated function starts."""
+    """Decorator: declare the query ``name`` that the decorated function starts (the function's ``.query``).
+
+    ``writes``: the tables (names of :data:`sensorcep.settings.TABLES`) and topics (:data:`TOPICS`) it writes,
+    comma-separated; anything else is refused here, when the module is imported."""
     if trigger_setting not in ("trigger", "alerts_trigger"):
         raise ValueError(f"query {name}: trigger_setting must be trigger or alerts_trigger, not {trigger_setting!r}")
-
     if task not in TASK_ORDER:
         raise ValueError(f"query {name}: task must be one of {TASK_ORDER}, not {task!r}")
+    written = tuple(w.strip() for w in writes.split(",") if w.strip())
+    unknown = [w for w in written if w not in TABLES and w not in TOPICS]
+    if unknown:
+        raise ValueError(
+            f"query {name}: writes names {', '.join(map(repr, unknown))}, neither a table of settings.TABLES "
+            f"nor one of {', '.join(TOPICS)}"
+        )
 
     def register(start: Callable) -> Callable:
-        if name in _DECLARED and _DECLARED[name].start.__qualname__ != start.__qualname__:
-            raise ValueError(
-                f"query {name!r} is declared twice: {_DECLARED[name].start.__qualname__}, {start.__name__}"
-            )
-        _DECLARED[name] = Query(name, start, task, writes, trigger_setting, pool, reads_bronze, reload_when)
+        start.query = Query(name, start, task, written, trigger_setting, pool, reads_bronze, reload_when)
         return start
 
     return register
@@ -81,34 +96,3 @@ def declare(
 
 #: the always-on tasks (the bundle's task keys), in pipeline order
 TASK_ORDER = ("ingest", "sampling_state", "alerts", "alert_records")
-
-
-def registry() -> dict[str, Query]:
-    """Every declared query, in pipeline order (by :data:`TASK_ORDER`, then name), by name."""
-    # the modules that declare them import this one, so they are imported here, when asked
-    from sensorcep.pipeline import alert_lifecycle, alerts, device_activity, ingest, sampling, stateful_rules  # noqa: F401, PLC0415
-
-    ordered = sorted(_DECLARED.values(), key=lambda q: (TASK_ORDER.index(q.task), q.name))
-    return {q.name: q for q in ordered}
-
-
-def query(name: str) -> Query:
-    """The declaration of ``name`` (a project query name, without ``query_suffix``)."""
-    declared = registry()
-    if name not in declared:
-        raise UnknownQueryError(f"no query named {name!r}; the project's queries: {', '.join(declared)}")
-    return declared[name]
-
-
-def tasks() -> dict[str, list[Query]]:
-    """Always-on task key -> its queries, in pipeline order."""
-    grouped: dict[str, list[Query]] = {}
-    for declared in registry().values():
-        grouped.setdefault(declared.task, []).append(declared)
-    return grouped
-
-
-def trigger_intervals(settings: Settings) -> dict[str, int]:
-    """Each project query's trigger interval in ms (0 = as fast as possible), for the health rules."""
-
-    return {settings.query_name(name): trigger_interval_ms(q.trigger(settings)) for name, q in registry().items()}

@@ -283,7 +283,7 @@ def start_sampling(spark, settings: Settings, *, wait: bool = True, events: Data
     writer = lateness.late_event_writer(settings, QUERY, samples)
     stream = sample_stream(events, settings, keep_late=True)
     with query_conf(spark, state_partitions(spark, settings)):
-        return launch(stream, settings, QUERY, wait=wait, foreach_batch=writer)
+        return launch(stream, settings, start_sampling.query, wait=wait, foreach_batch=writer)
 
 
 def state_partitions(spark, settings: Settings) -> dict[str, str]:

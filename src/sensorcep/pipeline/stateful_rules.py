@@ -229,7 +229,7 @@ def send_alerts(settings: Settings, rules: list[VersionedRule]):
 @queries.declare(
     QUERY,
     task="sampling_state",
-    writes="alerts topic, late_events",
+    writes="alerts topic, device_baselines, late_events",
     pool="sampling",
     reads_bronze=True,
     reload_when=catalog.fingerprint,
@@ -245,4 +245,4 @@ def start_stateful_rules(
     events = events if events is not None else bronze_event_stream(spark, settings)
     writer = lateness.late_event_writer(settings, QUERY, send_alerts(settings, rules))
     stream = rule_alert_stream(events, settings, rules, scoped, keep_late=True, baselines=True)
-    return launch(stream, settings, QUERY, wait=wait, foreach_batch=writer)
+    return launch(stream, settings, start_stateful_rules.query, wait=wait, foreach_batch=writer)

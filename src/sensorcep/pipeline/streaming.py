@@ -23,7 +23,7 @@ from pyspark.sql.streaming import StreamingQuery
 from sensorcep.errors import SensorCepError
 from sensorcep.observability.monitoring import ensure_progress_listener, flush_progress
 from sensorcep.observability.progress import offsets_behind
-from sensorcep.pipeline import queries
+from sensorcep.pipeline.queries import Query
 from sensorcep.runtime import classic_context, session_key, set_trigger
 from sensorcep.settings import Settings, parse_trigger, trigger_runs_to_end
 
@@ -270,14 +270,14 @@ def materialized(batch: DataFrame):
         cached.unpersist()
 
 
-def launch(df: DataFrame, settings: Settings, query: str, *, wait: bool, **kwargs) -> StreamingQuery:
-    """Start the declared query ``query`` (:mod:`sensorcep.pipeline.queries`) with its trigger setting and its pool;
-    ``wait``: run it to the end of its input (:func:`run_available_now`), else return it running."""
-    declared = queries.query(query)
+def launch(df: DataFrame, settings: Settings, declared: Query, *, wait: bool, **kwargs) -> StreamingQuery:
+    """Start the declared query (its start function's ``.query``, :mod:`sensorcep.pipeline.queries`) with its trigger
+    setting and its pool; ``wait``: run it to the end of its input (:func:`run_available_now`), else return it
+    running."""
     kwargs.setdefault("trigger", declared.trigger(settings))
     if declared.pool:
         kwargs.setdefault("pool", declared.pool)
-    return (run_available_now if wait else start_query)(df, settings, query, **kwargs)
+    return (run_available_now if wait else start_query)(df, settings, declared.name, **kwargs)
 
 
 def run_available_now(df: DataFrame, settings: Settings, query: str, **kwargs) -> StreamingQuery:
