@@ -17,47 +17,26 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from sensorcep.errors import SensorCepError
+from sensorcep.schemas import BY_NAME, DECLARED
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_BROKER = "127.0.0.1:9092"
 
 #: the pipeline's tables (names in the catalog's schema; their files, where this project places them:
 #: ``<base_path>/tables/<name>``)
-TABLES = (
-    "bronze_events",
-    "quarantine_events",
-    "duplicate_events",
-    "late_events",
-    "devices",
-    "sensor_samples",
-    "device_status",
-    "anomalies",
-    "alert_escalations",
-    "alert_events",
-    "alert_rules",
-    "device_baselines",
-    "tuning_results",
-    "stream_progress",
-)
+#: every Delta table's name, as :mod:`sensorcep.schemas` declares them
+TABLES = tuple(spec.name for spec in DECLARED)
 
-#: bronze columns an extra event field may not shadow
-RESERVED_COLUMNS = frozenset(
-    {
-        "device_id",
-        "sensor_freq",
-        "event_time",
-        "topic",
-        "partition",
-        "offset",
-        "kafka_timestamp",
-        "ingest_time",
-        "part_date",
-        "reason",
-        "raw_value",
-        "key",
-        "value",
-    }
-)
+#: bronze columns an extra event field may not shadow: bronze's own, and the raw record's in quarantine
+RESERVED_COLUMNS = frozenset(BY_NAME["bronze_events"].column_names) | {"reason", "raw_value", "key", "value"}
+
+
+def is_plain_name(name: str) -> bool:
+    """Whether ``name`` is a catalog or schema name Spark reads without backquotes: letters of any script, ASCII digits
+    and ``_``. Development mode names the schema ``dev_<user>_sensor_cep``, and the CLI keeps a user name's Unicode
+    letters there (it lower-cases the name and replaces everything but letters and digits with ``_``); Spark's SQL
+    lexer takes an unquoted identifier of Unicode letters, ASCII digits and ``_``."""
+    return all(c == "_" or c.isalpha() or c in "0123456789" for c in name)
 
 
 class SettingsError(SensorCepError, ValueError):
@@ -66,11 +45,23 @@ class SettingsError(SensorCepError, ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    kafka_bootstrap_servers: str = LOCAL_BROKER
-    events_topic: str = "sensor-events"
-    alerts_topic: str = "sensor-alerts"
-    acks_topic: str = "sensor-alert-acks"
-    escalations_topic: str = ""
+    kafka_bootstrap_servers: str = field(
+        default=LOCAL_BROKER,
+        metadata={"doc": "Kafka brokers, host:port[,host:port...]"},
+    )
+    events_topic: str = field(default="sensor-events", metadata={"doc": "the topic the sensor events are read from"})
+    alerts_topic: str = field(
+        default="sensor-alerts",
+        metadata={"doc": "the topic alerts are written to (anomalies and the alert lifecycle read it back)"},
+    )
+    acks_topic: str = field(
+        default="sensor-alert-acks",
+        metadata={"doc": "the topic of acknowledgements and snoozes of alerts"},
+    )
+    escalations_topic: str = field(
+        default="",
+        metadata={"doc": "also send escalations to this topic; empty: only the alert_escalations table"},
+    )
     base_path: str = field(
         default=str(PROJECT_ROOT / ".data"),
         metadata={"doc": "checkpoints under <base_path>/checkpoints; tables' files under <base_path>/tables"},
@@ -90,14 +81,38 @@ class Settings:
         default="sensor_cep",
         metadata={"doc": "schema of the tables (the bundle passes its schema: dev_<user>_sensor_cep in dev)"},
     )
-    trigger: str = "availableNow"
-    window_duration: str = "60 seconds"
-    slide_duration: str = "30 seconds"
-    watermark_delay: str = "30 seconds"
-    sample_scope: str = "window"
-    max_offsets_per_trigger: int = 100_000
+    trigger: str = field(
+        default="availableNow",
+        metadata={
+            "doc": "trigger of the micro-batch queries: availableNow (process what is there, then stop) or an interval "
+            "such as 10 seconds (keep running)"
+        },
+    )
+    window_duration: str = field(
+        default="60 seconds",
+        metadata={"doc": "length of the sliding event-time windows 02 samples"},
+    )
+    slide_duration: str = field(
+        default="30 seconds",
+        metadata={"doc": "how often a window starts; must divide window_duration"},
+    )
+    watermark_delay: str = field(
+        default="30 seconds",
+        metadata={"doc": "how far the watermark trails the newest event time; rows behind it are late (late_events)"},
+    )
+    sample_scope: str = field(
+        default="window",
+        metadata={"doc": "window: one sample set per window over all devices; device: one per device and window"},
+    )
+    max_offsets_per_trigger: int = field(
+        default=100_000,
+        metadata={"doc": "at most this many Kafka records per micro-batch (0: no limit); availableNow honours it"},
+    )
     partitions: int = field(default=2, metadata={"doc": "partitions of the topics the project creates (simulator)"})
-    device_timeout: str = "5 minutes"
+    device_timeout: str = field(
+        default="5 minutes",
+        metadata={"doc": "event-time silence after which a device is offline (device_status)"},
+    )
     anomaly_threshold: float = field(
         default=0.0,
         metadata={
@@ -116,14 +131,32 @@ class Settings:
         default="30 seconds",
         metadata={"doc": "how often the always-on alert task reads alert_rules, and restarts its query on a change"},
     )
-    ack_timeout: str = "10 minutes"
-    max_future: str = "5 minutes"
+    ack_timeout: str = field(
+        default="10 minutes",
+        metadata={"doc": "an incident not acknowledged within this much event time of its opening escalates"},
+    )
+    max_future: str = field(
+        default="5 minutes",
+        metadata={
+            "doc": "clock skew allowed: an event time further ahead of its Kafka timestamp is quarantined, an ack's time "
+            "is capped"
+        },
+    )
     alerts_trigger: str = field(
         default="realtime",
         metadata={"doc": "the alert query's trigger: realtime[:<checkpoint interval>], an interval, or availableNow"},
     )
-    tuning_preset: str = "quick"
-    kafka_secret_scope: str = ""
+    tuning_preset: str = field(
+        default="quick",
+        metadata={"doc": "04's matrix: quick (5 configurations) or full (the study); smoke only proves the path"},
+    )
+    kafka_secret_scope: str = field(
+        default="",
+        metadata={
+            "doc": "secret scope with kafka-username and kafka-password (SASL); empty: no SASL; locally the environment "
+            "variables <SCOPE>_KAFKA_USERNAME and <SCOPE>_KAFKA_PASSWORD"
+        },
+    )
     accept_data_loss: bool = field(
         default=False,
         metadata={
@@ -132,7 +165,10 @@ class Settings:
             "lost"
         },
     )
-    scheduler_pools: str = "sampling:1,alerts:2"
+    scheduler_pools: str = field(
+        default="sampling:1,alerts:2",
+        metadata={"doc": "FAIR scheduler pools and weights (local session; on Databricks every pool has weight 1)"},
+    )
     query_suffix: str = field(default="", metadata={"doc": "appended to query/checkpoint names"})
     extra_fields: str = field(default="", metadata={"doc": "optional event fields kept in bronze (comma list)"})
     job_id: str = field(default="", metadata={"doc": "the deployed pipeline job's id ({{job.id}}): 05 lists its runs"})
@@ -171,7 +207,7 @@ class Settings:
         if self.tables not in ("catalog", "paths"):
             raise SettingsError(f"tables must be 'catalog' (names) or 'paths', not {self.tables!r}")
         for name in ("catalog", "schema"):
-            if not re.fullmatch(r"[A-Za-z0-9_]*", getattr(self, name)):
+            if not is_plain_name(getattr(self, name)):
                 raise SettingsError(f"{name}: {getattr(self, name)!r} is not a usable name (letters, digits, _)")
         if self.tables == "paths" and self.base_path.startswith("/Volumes/"):
             raise SettingsError(

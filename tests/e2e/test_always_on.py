@@ -1,14 +1,17 @@
 """The always-on job, run locally from its bundle definition: it runs, stops cleanly and resumes from its
-checkpoints with nothing lost and nothing doubled."""
+checkpoints with nothing lost and nothing doubled; each query writes only the tables it declares, and no table is
+created by a first write."""
 
 from __future__ import annotations
 
 import pandas as pd
 from support.streams import T0, delta_frame, drained
+from support.writes import record_writes
 
+from sensorcep.io.lake import Tables
 from sensorcep.local import jobs, simulator
 from sensorcep.local.broker import create_topics
-from sensorcep.pipeline import alerts
+from sensorcep.pipeline import alerts, registry
 
 
 def _params(settings) -> dict[str, str]:
@@ -32,7 +35,21 @@ def _expected_alert_ids(sim) -> set[str]:
     }
 
 
-def test_always_on_job_runs_stops_and_resumes_without_loss_or_doubles(spark, settings, capfd):
+def _watch_creation(create, created_up_front: list):
+    """Tables.create that records the tables it created."""
+
+    def watched(self, names, extra_columns=None):
+        made = create(self, names, extra_columns)
+        created_up_front.extend(made)
+        return made
+
+    return watched
+
+
+def test_always_on_job_runs_stops_and_resumes_without_loss_or_doubles(spark, settings, capfd, monkeypatch):
+    written = record_writes(monkeypatch)
+    created_up_front: list[str] = []
+    monkeypatch.setattr(Tables, "create", _watch_creation(Tables.create, created_up_front))
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic, settings.acks_topic])
     first = simulator.generate(
         simulator.SimulationConfig(events=3_000, devices=20, seed=51, start=T0, rate=50, anomaly_share=0.03)
@@ -46,6 +63,11 @@ def test_always_on_job_runs_stops_and_resumes_without_loss_or_doubles(spark, set
         ["ingest", "sampling", "device_activity", "alerts", "alert_lifecycle", "anomalies"]
     )
     assert not any(q.isActive for q in queries), "stopped cleanly"
+    for name, tables in written.items():
+        assert name in ("alerts", "anomalies", "alert_lifecycle", "ingest", "sampling", "device_activity"), name
+        assert tables <= set(registry.query(name).tables), f"{name} writes {tables}, declares {registry.query(name)}"
+    by_a_write = set().union(*written.values()) - set(created_up_front)  # a fresh schema: nothing existed before
+    assert not by_a_write, f"tables created by a first write, not up front: {by_a_write}"
     assert lines[-1].startswith("✔ stopped 6 queries")
     realtime = [line for line in lines if "alerts since the last line" in line]  # between its checkpoints
     assert realtime and all("real-time:" in line and "newest alert" in line for line in realtime)

@@ -74,6 +74,24 @@ def _save(writer: DataFrameWriter, table: Table, spark: SparkSession) -> None:
     tables.register(spark, table)
 
 
+def create_table(spark: SparkSession, table: Table | str, columns: str, partition_by: Iterable[str] = ()) -> bool:
+    """Create the Delta table with ``columns`` (Spark DDL) unless it exists; True if this call created it.
+
+    The table is created by an empty append through the same path as every write (a catalog name, a path, or both),
+    so it works alike in classic and Spark Connect sessions. Another writer creating it at the same moment (another
+    task's cluster) is not an error: the table exists either way."""
+    table = tables.as_table(table)
+    if table_exists(table, spark):
+        return False
+    try:
+        write_table(spark.createDataFrame([], columns), table, "append", partition_by)
+    except Exception as error:  # lost the race to another creator: by name (Unity Catalog) or by path (Delta)
+        if not any(code in str(error) for code in ("TABLE_OR_VIEW_ALREADY_EXISTS", *CREATION_RACE)):
+            raise
+        return False
+    return True
+
+
 #: what Delta says when two writers create the same table at once (e.g. two queries' first batches to late_events)
 CREATION_RACE = ("DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED")
 

@@ -8,12 +8,13 @@ once, before its first use. Every call takes the session it was made with: nothi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 
 from sensorcep.io import delta
 from sensorcep.io.tables import Table, register, table
+from sensorcep.schemas import BY_NAME
 from sensorcep.settings import Settings
 
 
@@ -28,6 +29,21 @@ class Tables:
         found = table(self.settings, name)
         register(self.spark, found)
         return found
+
+    def create(self, names: Iterable[str], extra_columns: Mapping[str, str] | None = None) -> list[str]:
+        """Create each named table that :mod:`sensorcep.schemas` declares with columns, unless it exists (idempotent);
+        the names it created. Run before the queries that write them start: nothing is created by a first write.
+        ``extra_columns``: DDL added to a table's declared columns (bronze's ``extra_fields`` and devices columns,
+        which a Delta stream of bronze must see from its first version)."""
+        created = []
+        for name in names:
+            spec = BY_NAME[name]
+            if spec.columns is None:
+                continue
+            columns = ", ".join(filter(None, [spec.columns, (extra_columns or {}).get(name, "")]))
+            if delta.create_table(self.spark, self[name], columns, spec.partition_by):
+                created.append(name)
+        return created
 
     def exists(self, name: str) -> bool:
         return delta.table_exists(self[name], self.spark)

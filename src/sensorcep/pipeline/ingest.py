@@ -317,7 +317,7 @@ def resume_offsets(spark: SparkSession, settings: Settings) -> str:
     if not held:
         return "earliest"
     last = {int(row["partition"]): int(row["last"]) for row in held}
-    partitions = set(topic_partitions(settings, settings.events_topic)) | set(last)
+    partitions = set(topic_partitions(settings, settings.events_topic, spark=spark)) | set(last)
     return json.dumps({settings.events_topic: {str(p): last[p] + 1 if p in last else -2 for p in sorted(partitions)}})
 
 
@@ -347,4 +347,9 @@ def start_ingest(spark: SparkSession, settings: Settings, *, wait: bool = True):
     starting = "earliest" if checkpoint_exists(settings, QUERY) else resume_offsets(spark, settings)
     raw = read_kafka(spark, settings, settings.events_topic, starting_offsets=starting)
     stream = bronze_stream(raw, settings, devices)
+    # bronze holds its extra fields and devices columns from its first version: its Delta readers never see it change
+    added = [f"`{name}` string" for name in settings.extra_field_names]
+    if devices is not None:
+        added += [f"`{f.name}` {f.dataType.simpleString()}" for f in devices.schema.fields if f.name != "device_id"]
+    Tables(spark, settings).create(start_ingest.query.tables, {"bronze_events": ", ".join(added)})
     return launch(stream, settings, start_ingest.query, wait=wait, foreach_batch=write_ingest_batch(settings, extra))

@@ -12,8 +12,9 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sensorcep.errors import SensorCepError
+from sensorcep.io.lake import Tables
 from sensorcep.observability.monitoring import ensure_progress_listener, flush_progress
 from sensorcep.observability.progress import offsets_behind
 from sensorcep.pipeline.queries import Query
@@ -270,10 +272,26 @@ def materialized(batch: DataFrame):
         cached.unpersist()
 
 
+_created: set[tuple] = set()
+_created_lock = threading.Lock()
+
+
+def create_tables(spark: SparkSession, settings: Settings, names: Iterable[str]) -> None:
+    """Create the tables a query writes before it starts (:meth:`sensorcep.io.lake.Tables.create`), once per session
+    and table location: four queries write ``late_events``, and none of them may be the one to create it."""
+    where = (session_key(spark), settings.base_path, settings.tables, settings.catalog, settings.schema)
+    with _created_lock:
+        missing = [name for name in names if (*where, name) not in _created]
+        if missing:
+            Tables(spark, settings).create(missing)
+            _created.update((*where, name) for name in missing)
+
+
 def launch(df: DataFrame, settings: Settings, declared: Query, *, wait: bool, **kwargs) -> StreamingQuery:
     """Start the declared query (its start function's ``.query``, :mod:`sensorcep.pipeline.queries`) with its trigger
     setting and its pool; ``wait``: run it to the end of its input (:func:`run_available_now`), else return it
     running."""
+    create_tables(df.sparkSession, settings, declared.tables)
     kwargs.setdefault("trigger", declared.trigger(settings))
     if declared.pool:
         kwargs.setdefault("pool", declared.pool)
