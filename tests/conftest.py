@@ -52,6 +52,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         name = tier(item)
         item.add_marker(getattr(pytest.mark, name))
+        if item.path.suffix == ".ipynb":  # 01 -> 05 build on each other: one worker runs them, in order
+            item.add_marker(pytest.mark.xdist_group("notebooks"))
         needs = FORBIDDEN.get(name, set()) & set(getattr(item, "fixturenames", ()))
         if needs:
             wrong.append(f"{item.nodeid} is in tests/{name}/ but asks for {', '.join(sorted(needs))}")

@@ -1,4 +1,4 @@
-"""Command line: ``python -m sensorcep jars|broker|simulate|run|summary|rules|backtest``."""
+"""Command line: ``python -m sensorcep jars|broker|simulate|run|summary|rules|backtest|docs``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from sensorcep import config_docs
 from sensorcep.errors import SensorCepError
 from sensorcep.io.kafka import client_config
 from sensorcep.local import broker, jars, simulator
@@ -130,6 +131,11 @@ def cmd_backtest(args) -> None:
             print(f"\nfirst {len(frame)} {name}:\n{frame.to_string(index=False)}")
 
 
+def cmd_docs(args) -> None:
+    changed = config_docs.write(args.file)
+    print(f"{args.file}: the settings table {'rewritten' if changed else 'is up to date'}")
+
+
 def cmd_summary(args) -> None:
 
     print_summary(env_settings(), Path(args.runs) if args.runs else None)
@@ -192,6 +198,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--from", dest="start", type=datetime.fromisoformat, help="event time from (ISO-8601, UTC)")
     p.add_argument("--to", dest="end", type=datetime.fromisoformat, help="event time before (ISO-8601, UTC)")
     p.set_defaults(func=cmd_backtest)
+
+    p = sub.add_parser("docs", help="write the settings table of docs/configuration.md from the Settings fields")
+    p.add_argument("--file", default=str(config_docs.CONFIGURATION_DOC), help="default: docs/configuration.md")
+    p.set_defaults(func=cmd_docs)
 
     p = sub.add_parser("summary", help="rows per table, quarantine reasons, last run's notebooks")
     p.add_argument("--runs", help="runs folder to point at (default: newest)")

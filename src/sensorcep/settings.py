@@ -138,8 +138,8 @@ class Settings:
     max_future: str = field(
         default="5 minutes",
         metadata={
-            "doc": "clock skew allowed: an event time further ahead of its Kafka timestamp is quarantined, an ack's time "
-            "is capped"
+            "doc": "clock skew allowed: an event time further ahead of its Kafka timestamp is quarantined, an ack's "
+            "time is capped"
         },
     )
     alerts_trigger: str = field(
@@ -153,8 +153,8 @@ class Settings:
     kafka_secret_scope: str = field(
         default="",
         metadata={
-            "doc": "secret scope with kafka-username and kafka-password (SASL); empty: no SASL; locally the environment "
-            "variables <SCOPE>_KAFKA_USERNAME and <SCOPE>_KAFKA_PASSWORD"
+            "doc": "secret scope with kafka-username and kafka-password (SASL); empty: no SASL; locally the "
+            "environment variables <SCOPE>_KAFKA_USERNAME and <SCOPE>_KAFKA_PASSWORD"
         },
     )
     accept_data_loss: bool = field(
