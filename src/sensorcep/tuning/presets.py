@@ -127,8 +127,8 @@ def presets() -> dict[str, Preset]:
 
 
 #: preset matrices: (query, preset) pairs. ``smoke`` proves the notebook and the tables under test (one
-#: configuration per query on a few batches, no warm-up); ``quick`` runs in jobs and ``make nightly`` (under 3 minutes
-#: locally); ``full`` is the study.
+#: configuration per query on a few batches, no warm-up); ``quick`` runs in dev jobs and ``make nightly`` (under 3
+#: minutes locally); ``full`` is the study (the prod tuning job's).
 MATRICES = {
     "smoke": [("sampling", "rocksdb"), ("window_counts", "hdfs")],
     "quick": [

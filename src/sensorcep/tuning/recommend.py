@@ -10,7 +10,7 @@ import pandas as pd
 from sensorcep.tuning.presets import Preset, TuningError, databricks_conf, presets
 
 # ------------------------------------------------------------------------------ reading the table
-#: the preset the last full local run recommended (README "State store tuning"); the bundle's prod target uses it
+#: the preset the last full local run recommended (docs/tuning.md); the bundle's prod target uses it
 RECOMMENDED = "rocksdb_changelog"
 
 
