@@ -53,7 +53,26 @@ def _merge(base, override):
 
 
 #: what a deployer passes for the variables without a default (--var / BUNDLE_VAR_*)
-GIVEN = {"catalog": "main"}
+GIVEN = {
+    "catalog": "main",
+    "kafka_bootstrap_servers": "b1.kafka.internal:9092",
+    "service_principal_id": "5ff1ec1c-0000-4000-8000-00000000a11e",
+}
+
+
+def _substitute(value, variables: dict):
+    """``${var.x}`` in every string of ``value``: a string that is one reference takes the variable's value as it is
+    (a complex variable's list or mapping), one inside other text its text."""
+    if isinstance(value, dict):
+        return {key: _substitute(item, variables) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_substitute(item, variables) for item in value]
+    if isinstance(value, str):
+        whole = jobs.VAR.fullmatch(value)
+        if whole:
+            return variables[whole.group(1)]
+        return jobs.VAR.sub(lambda m: str(variables[m.group(1)]), value)
+    return value
 
 
 def resolved(target: str, given: dict | None = None) -> dict:
@@ -70,9 +89,9 @@ def resolved(target: str, given: dict | None = None) -> dict:
     variables.update(GIVEN if given is None else given)
     missing = sorted(name for name, value in variables.items() if value is None)
     assert not missing, f"no value for required variable(s) {missing}"
-    text = jobs.VAR.sub(lambda m: str(variables[m.group(1)]), json.dumps({**spec, "resources": resources}))
-    assert "${var." not in text
-    return json.loads(text)
+    bundle = _substitute({**spec, "resources": resources}, variables)
+    assert "${var." not in json.dumps(bundle)
+    return bundle
 
 
 def _widgets_of_task(task) -> set[str]:
@@ -105,7 +124,11 @@ def test_always_on_job_parses_and_runs_continuously_with_a_real_time_mode_cluste
     realtime = clusters[alerts_task["job_cluster_key"]]
     # Databricks' "Set up real-time mode": classic compute, dedicated access mode, fixed size, no Photon, no spot
     assert realtime["data_security_mode"] == "SINGLE_USER" and "autoscale" not in realtime
-    assert realtime["runtime_engine"] == "STANDARD" and realtime["aws_attributes"]["availability"] == "ON_DEMAND"
+    assert realtime["runtime_engine"] == "STANDARD" and "aws_attributes" not in realtime, "each target's cloud"
+    for target in ("dev", "prod"):  # no spot nodes: the target's override, merged by job_cluster_key
+        streaming = resolved(target)["resources"]["jobs"][jobs.ALWAYS_ON_JOB_KEY]
+        (merged,) = [c["new_cluster"] for c in streaming["job_clusters"] if c["job_cluster_key"] == "realtime_cluster"]
+        assert merged["aws_attributes"]["availability"] == "ON_DEMAND" and merged["num_workers"] == 2, target
     assert realtime["spark_conf"]["spark.databricks.streaming.realTimeMode.enabled"] == "true"
     assert alerts_task["python_wheel_task"]["named_parameters"] == {"task": "alerts"}
     assert {"name": "alerts_trigger", "default": "${var.alerts_trigger}"} in found["job"]["parameters"]
@@ -187,6 +210,7 @@ def test_every_variable_used_is_declared_and_a_setting_or_a_deployment_knob():
         "schema",
         "notification_email",
         "service_principal_id",
+        "prod_permissions",
     }
     assert used - deployment <= set(parameter_names())
 
@@ -290,7 +314,7 @@ def test_resolved_bundle_is_deployable_offline_checks(target):
     assert volume["schema_name"] == "${resources.schemas.sensor_cep.name}" and volume["volume_type"] == "MANAGED"
     Schema.from_dict(schema), Volume.from_dict(volume)
     if target == "prod":  # the jobs' identity may create and write the tables, and keep checkpoints on the volume
-        principal = ROOT_YAML["variables"]["service_principal_id"]["default"]
+        principal = GIVEN["service_principal_id"]
         assert schema["grants"] == [
             {"principal": principal, "privileges": ["USE_SCHEMA", "CREATE_TABLE", "SELECT", "MODIFY"]}
         ]
@@ -310,9 +334,10 @@ def test_resolved_bundle_is_deployable_offline_checks(target):
         ("PAUSED", "PAUSED") if target == "dev" else ("PAUSED", "UNPAUSED")
     )
     if target == "prod":
-        assert bundle["run_as"] == {"service_principal_name": ROOT_YAML["variables"]["service_principal_id"]["default"]}
+        assert bundle["run_as"] == {"service_principal_name": GIVEN["service_principal_id"]}
         assert bundle["git"]["branch"] == "main"
-        assert bundle["workspace"]["root_path"].startswith("/Workspace/Users/${workspace.current_user.userName}/")
+        # one prod copy whoever deploys (tests/unit/test_deploy.py)
+        assert bundle["workspace"]["root_path"] == "/Workspace/Shared/.bundle/${bundle.name}/${bundle.target}"
 
 
 def test_no_cluster_depends_on_a_file_spark_must_open_at_start():

@@ -42,8 +42,9 @@ def workspace_client():
 
 def recent_runs(client, job_id: int | str, limit: int = 10) -> pd.DataFrame:
     """The last ``limit`` runs of job ``job_id`` (newest first), one row per task run with its start time (UTC),
-    duration in seconds and result. Raises :class:`LookupError` when the workspace has no such job."""
-    from databricks.sdk.errors import NotFound  # noqa: PLC0415 - heavy: only with a workspace or a plot
+    duration in seconds and result. Raises :class:`LookupError` when the workspace has no such job, and
+    :class:`PermissionError` (one sentence) when the caller may not view it."""
+    from databricks.sdk.errors import NotFound, PermissionDenied  # noqa: PLC0415 - heavy: only with a workspace or a plot
 
     if limit < 1:
         raise ValueError(f"limit must be at least 1, not {limit}")
@@ -55,6 +56,12 @@ def recent_runs(client, job_id: int | str, limit: int = 10) -> pd.DataFrame:
         rows = [_task_row(job_id, run, task) for run in islice(runs, limit) for task in (run.tasks or [None])]
     except NotFound:
         raise LookupError(f"no job {job_id} in this workspace (is the bundle deployed to it?)") from None
+    except PermissionDenied:
+        # prod: a person deployed, so owns the job, and 05 runs as the service principal, which may not view it
+        raise PermissionError(
+            f"this identity may not view job {job_id}'s runs: grant it CAN_VIEW on the job (in prod the service "
+            "principal the jobs run as, through the prod_permissions variable), or deploy as that service principal"
+        ) from None
     frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
     for column in ("run_start", "task_start"):
         frame[column] = pd.to_datetime(frame[column], utc=True)
@@ -132,7 +139,8 @@ def task_duration_plot(runs: pd.DataFrame, title: str = "Task durations of recen
 
 def runs_report(settings, client=None, limit: int = 10) -> pd.DataFrame:
     """05's last section: this job's recent runs and a task-duration plot (saved as PNG), or an empty frame and
-    one sentence saying why there is nothing to ask (a local run, or no ``job_id`` parameter)."""
+    one sentence saying why there is nothing to ask or show (a local run, no ``job_id`` parameter, or an identity that
+    may not view the job's runs: a report section, not a reason to fail the job)."""
 
     if client is None and not is_databricks():
         print("local run: no workspace to ask (tests check this part against a stand-in HTTP server)")
@@ -140,7 +148,11 @@ def runs_report(settings, client=None, limit: int = 10) -> pd.DataFrame:
     if not str(settings.job_id).strip():
         print("no job_id parameter (an interactive run, not the bundle job): nothing to list")
         return pd.DataFrame(columns=RUN_COLUMNS)
-    runs = recent_runs(client or workspace_client(), settings.job_id, limit)
+    try:
+        runs = recent_runs(client or workspace_client(), settings.job_id, limit)
+    except PermissionError as denied:
+        print(denied)
+        return pd.DataFrame(columns=RUN_COLUMNS)
     print(
         "saved",
         save_figure(
