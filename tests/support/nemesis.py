@@ -561,6 +561,18 @@ def verify(settings: Settings, acknowledged: dict) -> dict[str, int]:
     escalations = _frame(settings, "alert_escalations", ["alert_id"])
     assert not escalations.alert_id.duplicated().any(), "alert_escalations: an alert_id twice"
     assert set(escalations.alert_id) <= expected_ids, "an escalation of no anomaly"
+    events = _frame(settings, "alert_events", ["event_id", "incident_id", "transition"])
+    assert not events.event_id.duplicated().any(), "alert_events: a transition recorded twice"
+    escalated = events[events.transition == "escalated"]
+    assert not escalated.incident_id.duplicated().any(), "alert_events: an incident escalated twice"
+    lost, extra = (
+        set(escalated.incident_id) - set(escalations.alert_id),
+        set(escalations.alert_id) - set(escalated.incident_id),
+    )
+    assert not lost, f"alert_escalations lost {len(lost)} escalation(s) alert_events recorded, e.g. {sorted(lost)[:3]}"
+    assert not extra, f"alert_escalations holds {len(extra)} escalation(s) alert_events never recorded"
+    status = _frame(settings, "device_status", ["device_id", "status_event", "changed_at"])
+    assert not status.duplicated().any(), "device_status: a status change recorded twice"
 
     progress = _frame(settings, "stream_progress", ["query_name", "batch_id", "rows_dropped_by_watermark"])
     dropped = progress[pd.to_numeric(progress.rows_dropped_by_watermark).fillna(0) > 0]
