@@ -24,62 +24,34 @@ timestamp (Spark's producer send, the broker, the consumer's fetch). Needs the l
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
-import tempfile
 import time
-import uuid
-from datetime import datetime, timezone
+from datetime import datetime
 
 import numpy as np
 import yaml
-from confluent_kafka import Consumer, Producer, TopicPartition
+from harness import (
+    ANOMALY_RULE,
+    argument_parser,
+    input_batches,
+    kafka_consumer,
+    percentile,
+    read_from_start,
+    record,
+    scratch_run,
+    start_producer,
+)
 
-from sensorcep.local import broker
 from sensorcep.observability.monitoring import stop_session
 from sensorcep.pipeline import alerts, sampling
 from sensorcep.pipeline.ingest import valid_event_stream
 from sensorcep.pipeline.streaming import stop_queries
 from sensorcep.runtime import get_spark
-from sensorcep.settings import Settings, env_settings
+from sensorcep.settings import Settings
 
-RULE = "negative_frequency"  # the packaged rule set's rule: sensor_freq < 0
 #: where a micro-batch's time goes (StreamingQueryProgress.durationMs); addBatch = Kafka read + parse + foreachBatch
 PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets", "triggerExecution")
-
-
-def produce_steady(bootstrap: str, topic: str, rate: int, seconds: float, out, warmup: float = 0.0) -> None:
-    """``rate`` events/s for ``warmup + seconds``, 1% anomalous; puts {alert_id: send time} of the anomalies sent
-    after the warm-up on ``out`` (the first micro-batches of a query pay for JIT compilation and worker start).
-
-    Runs in a process of its own, so it never competes with the Spark driver for the GIL.
-    """
-    sent: dict = {}
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
-    rng = np.random.default_rng(1)
-    tick, n, started = 0.01, 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - started) < warmup + seconds:
-        due = int(elapsed * rate)
-        now = datetime.now(timezone.utc)
-        event_us = int(now.timestamp() * 1_000_000) // 1000 * 1000
-        stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-        for _ in range(due - n):
-            device = f"dev-{rng.integers(0, 1000):05d}"
-            anomalous = rng.random() < 0.01
-            freq = -float(rng.uniform(0.1, 20)) if anomalous else float(rng.normal(50, 10))
-            producer.produce(
-                topic,
-                key=device.encode(),
-                value=json.dumps({"device_id": device, "sensor_freq": freq, "event_time": stamp}).encode(),
-            )
-            if anomalous and elapsed >= warmup:
-                sent.setdefault(alerts.alert_id(device, event_us, RULE), time.time())
-            n += 1
-        producer.poll(0)
-        time.sleep(tick)
-    producer.flush(30)
-    out.put(sent)
 
 
 def consume_alerts(bootstrap: str, topic: str, expected_q, out, drain_s: float) -> None:
@@ -89,16 +61,8 @@ def consume_alerts(bootstrap: str, topic: str, expected_q, out, drain_s: float) 
     import queue
 
     received: dict = {}
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"lat-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 5,
-        }
-    )
-    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    consumer = kafka_consumer(bootstrap, {"fetch.wait.max.ms": 5})
+    read_from_start(consumer, topic)
     expected, deadline = None, None
     while expected is None or (not expected <= received.keys() and time.time() < deadline):
         for message in consumer.consume(500, 0.02):
@@ -122,7 +86,7 @@ def consume_alerts(bootstrap: str, topic: str, expected_q, out, drain_s: float) 
 def rules_file(count: int, folder: str) -> str:
     """A rule set of ``count`` threshold rules: negative_frequency (fires for the anomalies) and count-1 that never
     fire on the benchmark's events (their values lie far outside what the producer sends)."""
-    rules = [{"id": RULE, "kind": "threshold", "field": "sensor_freq", "op": "<", "value": 0}]
+    rules = [{"id": ANOMALY_RULE, "kind": "threshold", "field": "sensor_freq", "op": "<", "value": 0}]
     operators = [">", ">=", "=="]
     for i in range(1, count):
         rule = {"id": f"never_{i:03d}", "kind": "threshold", "field": "sensor_freq", "op": operators[i % 3]}
@@ -137,29 +101,19 @@ def rules_file(count: int, folder: str) -> str:
 
 
 def measure(
-    spark,
-    base: Settings,
-    rate: int,
-    trigger: str,
-    seconds: float,
-    warmup: float,
-    drain: float,
-    sampling_trigger: str,
-    rules: int = 1,
+    spark, rate: int, trigger: str, seconds: float, warmup: float, drain: float, sampling_trigger: str, rules: int = 1
 ) -> dict:
-    run = uuid.uuid4().hex[:8]
-    scratch = tempfile.mkdtemp(prefix="bench-alerts-")
-    settings = base.replace(
-        events_topic=f"lat-events-{run}",
-        alerts_topic=f"lat-alerts-{run}",
+    """One run on fresh topics and tables (the broker must be up: ``make broker-up``)."""
+    with scratch_run(
+        "latency",
+        ("events", "alerts"),
+        start_broker=False,
         alerts_trigger=trigger,
         trigger=sampling_trigger if sampling_trigger != "none" else "availableNow",
-        base_path=scratch,
-        rules_file=rules_file(rules, scratch),
         tables="paths",  # a scratch folder per run, several runs per Spark application: no names to register
         max_offsets_per_trigger=0,
-    )
-    with broker.scratch_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic]):
+    ) as settings:
+        settings = settings.replace(rules_file=rules_file(rules, settings.base_path))
         return {**measure_on(spark, settings, rate, trigger, seconds, warmup, drain), "rules": rules}
 
 
@@ -169,23 +123,19 @@ def measure_on(spark, settings: Settings, rate: int, trigger: str, seconds: floa
     if not settings.runs_to_end:  # the sampling query on the same events (from Kafka: no ingest here)
         beside = sampling.start_sampling(spark, settings, wait=False, events=valid_event_stream(spark, settings))
     processes = multiprocessing.get_context("spawn")
-    expected_q, sent_q, received_q = processes.Queue(), processes.Queue(), processes.Queue()
+    expected_q, received_q = processes.Queue(), processes.Queue()
     consumer = processes.Process(
         target=consume_alerts,
         args=(settings.kafka_bootstrap_servers, settings.alerts_topic, expected_q, received_q, drain),
     )
-    producer = processes.Process(
-        target=produce_steady,
-        args=(settings.kafka_bootstrap_servers, settings.events_topic, rate, seconds, sent_q, warmup),
-    )
     consumer.start()
-    producer.start()
+    producer, sent_q = start_producer(settings, rate, seconds, warmup)
     sent = sent_q.get()
     producer.join()
     expected_q.put(list(sent))
     received = received_q.get()
     consumer.join()
-    batches = [p for p in query.recentProgress if p.numInputRows]
+    batches = input_batches(query)
     failed = query.exception()
     stop_queries(spark, [q for q in (query, beside) if q is not None])  # quietly: a clean stop is not an error
     if failed is not None:
@@ -194,30 +144,29 @@ def measure_on(spark, settings: Settings, rate: int, trigger: str, seconds: floa
     latencies = np.array([received[k][0] - sent[k] for k in got])
     in_spark = np.array([(received[k][1] - received[k][2]) / 1000 for k in got])
     delivery = np.array([received[k][0] - received[k][1] / 1000 for k in got])
-    pct = lambda values, q: float(np.percentile(values, q)) if len(values) else float("nan")  # noqa: E731
     return {
         "rate": rate,
         "trigger": trigger,
         "alerts": len(sent),
         "received": len(got),
-        "p50": pct(latencies, 50),
-        "p95": pct(latencies, 95),
-        "p99": pct(latencies, 99),
+        "p50": percentile(latencies, 50),
+        "p95": percentile(latencies, 95),
+        "p99": percentile(latencies, 99),
         "max": latencies.max() if len(latencies) else float("nan"),
-        "spark_p50": pct(in_spark, 50),
-        "spark_p99": pct(in_spark, 99),
-        "delivery_p50": pct(delivery, 50),
-        "delivery_p99": pct(delivery, 99),
-        "batch_ms": np.median([p.batchDuration for p in batches]) if batches else float("nan"),
+        "spark_p50": percentile(in_spark, 50),
+        "spark_p99": percentile(in_spark, 99),
+        "delivery_p50": percentile(delivery, 50),
+        "delivery_p99": percentile(delivery, 99),
+        "batch_ms": percentile([p["batchDuration"] for p in batches], 50),
         "phases_ms": {
-            phase: float(np.median([p.durationMs.get(phase, 0) for p in batches])) if batches else 0.0
+            phase: percentile([p["durationMs"].get(phase, 0) for p in batches], 50) if batches else 0.0
             for phase in PHASES
         },
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("--rates", default="1000,10000", help="events per second")
     parser.add_argument("--seconds", type=float, default=30.0, help="measured production time per run")
     parser.add_argument("--warmup", type=float, default=15.0, help="seconds produced before measuring")
@@ -239,7 +188,6 @@ def main() -> None:
         help="skip the first, separately reported run (a fresh JVM compiles the Kafka path first)",
     )
     args = parser.parse_args()
-    base = env_settings()
     triggers = [t.strip() for t in args.triggers.split(",")]
     rates = [int(r) for r in args.rates.split(",")]
     counts = [int(n) for n in args.rules.split(",")]
@@ -250,7 +198,7 @@ def main() -> None:
         flush=True,
     )
     if not args.no_cold_run:  # measured and shown, but not in the table: the table is the steady state
-        cold = measure(spark, base, rates[0], triggers[0], args.seconds, args.warmup, args.drain, args.sampling_trigger)
+        cold = measure(spark, rates[0], triggers[0], args.seconds, args.warmup, args.drain, args.sampling_trigger)
         print(
             f"  cold run (first query of this JVM, not in the table): {rates[0]:,} ev/s  trigger {triggers[0]}  "
             f"p50 {cold['p50'] * 1000:,.0f} ms  p99 {cold['p99'] * 1000:,.0f} ms",
@@ -260,9 +208,7 @@ def main() -> None:
     for rate in rates:
         for trigger in triggers:
             for count in counts:
-                r = measure(
-                    spark, base, rate, trigger, args.seconds, args.warmup, args.drain, args.sampling_trigger, count
-                )
+                r = measure(spark, rate, trigger, args.seconds, args.warmup, args.drain, args.sampling_trigger, count)
                 results.append(r)
                 print(
                     f"  {rate:>6,} ev/s  {trigger:12} {count:>4} rule(s)  p50 {r['p50'] * 1000:7,.0f} ms  "
@@ -291,6 +237,14 @@ def main() -> None:
                 + "  ".join(f"{r['phases_ms'][p]:>{len(p)},.0f}" for p in PHASES)
             )
     print()
+    # the figures: p50 and p99 per rate, rule count and trigger (the last trigger the baseline), in ms
+    figures: dict = {}
+    if not args.no_cold_run:
+        for q in ("p50", "p99"):
+            figures[f"cold run, {rates[0]:,} events/s: {triggers[0]} ({q} ms)"] = cold[q] * 1000
+    for r in results:
+        for q in ("p50", "p99"):
+            figures[f"{r['rate']:,} events/s, {r['rules']} rules: {r['trigger']} ({q} ms)"] = r[q] * 1000
     targets = {1000: 0.100, 10000: 0.250}
     for count in counts[1:]:
         for rate in rates:
@@ -302,6 +256,9 @@ def main() -> None:
                     f"  {rate:,} ev/s {trigger!r}: {count} rules p99 {many['p99'] * 1000:,.0f} ms vs {counts[0]} "
                     f"rule(s) {one['p99'] * 1000:,.0f} ms = {many['p99'] / one['p99']:.2f}x"
                     + (f"; target <= 100 ms with 100 rules: {verdict}" if count >= 100 else "")
+                )
+                figures[f"{rate:,} events/s, {trigger}: {count} rules / {counts[0]} rules (p99 x)"] = (
+                    many["p99"] / one["p99"]
                 )
     for rate in rates:
         fast = next(r for r in results if r["rate"] == rate and r["trigger"] == triggers[0])
@@ -321,6 +278,25 @@ def main() -> None:
             f"  {rate:,} ev/s: p99 {fast['p99'] * 1000:,.0f} ms with {triggers[0]!r}{verdict}; "
             f"{triggers[-1]!r} p99 / this p99 = {base_r['p99'] / fast['p99']:.0f}x; {all_in}"
         )
+        if target is not None:
+            figures[f"{rate:,} events/s: {triggers[0]} target (p99 ms)"] = target * 1000
+        figures[f"{rate:,} events/s: every alert arrived"] = all_in == "every alert arrived"
+    table = [
+        {
+            "events/s": r["rate"],
+            "trigger": r["trigger"],
+            "rules": r["rules"],
+            "alerts": r["alerts"],
+            "received": r["received"],
+            **{f"{q} ms": r[q] * 1000 for q in ("p50", "p95", "p99", "max")},
+            **{f"in Spark {q} ms": r[f"spark_{q}"] * 1000 for q in ("p50", "p99")},
+            **{f"delivery {q} ms": r[f"delivery_{q}"] * 1000 for q in ("p50", "p99")},
+            "batch ms": r["batch_ms"],
+            **{f"{phase} ms": r["phases_ms"][phase] for phase in PHASES},
+        }
+        for r in results
+    ]
+    record("alert_latency", figures, table, baseline=triggers[-1])
 
 
 if __name__ == "__main__":

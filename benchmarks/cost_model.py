@@ -27,65 +27,40 @@ are not counted).
 
 from __future__ import annotations
 
-import argparse
-import json
-import multiprocessing
-import shutil
 import statistics
-import sys
-import tempfile
 import time
-import uuid
 from datetime import datetime, timezone
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-import psutil  # noqa: E402
-from alert_latency import produce_steady  # noqa: E402 - the steady producer, in its own process
-from stateful_rules import rule_set  # noqa: E402
+from harness import (
+    CpuMeter,
+    argument_parser,
+    produce_backlog,
+    progress,
+    record,
+    run_to_end,
+    scratch_run,
+    start_producer,
+    stateful_rule_set,
+)
 
-from sensorcep.local import broker, simulator  # noqa: E402
-from sensorcep.observability.monitoring import stop_session  # noqa: E402
-from sensorcep.pipeline import always_on, registry  # noqa: E402
-from sensorcep.pipeline.streaming import stop_queries  # noqa: E402
-from sensorcep.rules import catalog  # noqa: E402
-from sensorcep.rules.model import load_rules  # noqa: E402
-from sensorcep.runtime import get_spark  # noqa: E402
-from sensorcep.settings import env_settings, parse_duration  # noqa: E402
-
-
-class CpuClock:
-    """CPU seconds used by this process, its JVM and the JVM's descendants (Python workers) since the last reading."""
-
-    def __init__(self):
-        self.last: dict[int, float] = {}
-        self.read()
-
-    def read(self) -> float:
-        me = psutil.Process()
-        used = 0.0
-        for process in [me, *me.children(recursive=True)]:
-            try:
-                t = process.cpu_times()
-            except psutil.NoSuchProcess:
-                continue
-            seconds = t.user + t.system
-            used += seconds - self.last.get(process.pid, 0.0)
-            self.last[process.pid] = seconds
-        return used
+from sensorcep.local import simulator
+from sensorcep.observability.monitoring import stop_session
+from sensorcep.pipeline import always_on, registry
+from sensorcep.pipeline.streaming import stop_queries
+from sensorcep.rules import catalog
+from sensorcep.rules.model import load_rules
+from sensorcep.runtime import get_spark
+from sensorcep.settings import parse_duration
 
 
-def run_alone(spark, settings, name: str, clock: CpuClock) -> tuple[float, float, int]:
-    """One availableNow run of query ``name``: (CPU s, wall s, input rows)."""
+def run_alone(spark, settings, name: str, clock: CpuMeter) -> tuple[float, float, int]:
+    """One availableNow run of query ``name``: (CPU s of Spark's parts, wall s, input rows)."""
     clock.read()
-    started = time.perf_counter()
-    query = registry.query(name).start(spark, settings)
-    wall = time.perf_counter() - started
-    rows = sum(p["numInputRows"] for p in query.recentProgress) if query is not None else 0
-    return clock.read(), wall, rows
+    wall, _, batches = run_to_end(lambda: registry.query(name).start(spark, settings))
+    return clock.read_spark(), wall, sum(p["numInputRows"] for p in batches)
 
 
-def per_event(spark, settings, events: int, clock: CpuClock) -> dict[str, dict]:
+def per_event(spark, settings, events: int, clock: CpuMeter) -> dict[str, dict]:
     out = {}
     for name in registry.registry():
         cpu, wall, rows = run_alone(spark, settings, name, clock)
@@ -123,98 +98,80 @@ def breakdown(progress: list[dict]) -> dict[str, float]:
     return {k: statistics.median(p[k] for p in parts) for k in parts[0]} if parts else {}
 
 
-def per_batch(spark, settings, args, clock: CpuClock) -> dict[str, dict]:
+def per_batch(spark, settings, args, clock: CpuMeter) -> tuple[dict[str, dict], float]:
+    """Every query running with a trickle arriving: each query's share of the pipeline's CPU per batch and its batch
+    time broken down, and the cores the whole pipeline used."""
     tasks = [always_on.start_task(spark, task, settings) for task in always_on.TASKS]
     running = [q for task in tasks for q in task.queries]
-    spawn = multiprocessing.get_context("spawn")
-    sent = spawn.Queue()  # the producer's report, unread: kept referenced while it runs
-    producer = spawn.Process(
-        target=produce_steady,
-        args=(settings.kafka_bootstrap_servers, settings.events_topic, args.trickle, args.idle_seconds + 30, sent),
-        daemon=True,
-    )
-    producer.start()
+    # the producer's send log stays unread in its queue, kept referenced while it runs
+    producer, _sent = start_producer(settings, args.trickle, args.idle_seconds + 30)
     try:
         time.sleep(30)  # start-up (first batches, Python workers) is not a per-batch cost: measure after it
         since = datetime.now(timezone.utc)
         clock.read()
         time.sleep(args.idle_seconds)
-        cpu = clock.read()
+        cpu = clock.read_spark()
     finally:
         stop_queries(spark, running)
         producer.terminate()
     window = {}
     for query in running:
-        progress = [
-            p
-            for p in (json.loads(r.json) for r in query.recentProgress)
-            if datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")) >= since
-        ]
-        window[query.name] = {"batches": len(progress), "wall_ms": sum(p["batchDuration"] for p in progress),
-                              **breakdown(progress)}  # fmt: skip
+        reports = progress(query, since)
+        window[query.name] = {"batches": len(reports), "wall_ms": sum(p["batchDuration"] for p in reports),
+                              **breakdown(reports)}  # fmt: skip
     total_ms = sum(w["wall_ms"] for w in window.values()) or 1
     for w in window.values():
         w["core_s_per_batch"] = cpu * w["wall_ms"] / total_ms / max(w["batches"], 1)
     print(f"\n  the whole pipeline idling at {args.trickle} events/s, trigger {args.trigger}: "
           f"{cpu / args.idle_seconds:.2f} cores", flush=True)  # fmt: skip
-    return window
+    return window, cpu / args.idle_seconds
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("--events", type=int, default=300_000)
     parser.add_argument("--trigger", default="5 seconds", help="every query's trigger in step 2")
     parser.add_argument("--trickle", type=int, default=20, help="events/s during step 2")
     parser.add_argument("--idle-seconds", type=int, default=60, help="how long step 2 measures")
     args = parser.parse_args()
 
-    base = tempfile.mkdtemp(prefix="sensorcep-cost-")
-    run = uuid.uuid4().hex[:8]
-    settings = env_settings(
-        base_path=base,
-        events_topic=f"cost-events-{run}",
-        alerts_topic=f"cost-alerts-{run}",
-        acks_topic=f"cost-acks-{run}",
+    with scratch_run(
+        "cost",
+        ("events", "alerts", "acks"),
         trigger="availableNow",
         alerts_trigger="availableNow",
         max_offsets_per_trigger=str(args.events),
-    )
-    topics = [settings.events_topic, settings.alerts_topic, settings.acks_topic]
-    broker.up(settings.kafka_bootstrap_servers)
-    with broker.scratch_topics(settings.kafka_bootstrap_servers, topics):
-        sim = simulator.generate(
-            simulator.SimulationConfig(events=args.events, seed=5, start=datetime(2026, 1, 1, tzinfo=timezone.utc))
-        )
-        simulator.produce(sim, settings.kafka_bootstrap_servers, settings.events_topic, progress=True)
+    ) as settings:
+        sim = produce_backlog(settings, args.events, seed=5)
         acks = simulator.acknowledgements(sim)
         simulator.produce_records(acks, settings.kafka_bootstrap_servers, settings.acks_topic)
         spark = get_spark()
-        catalog.apply_rules(spark, settings, [*load_rules(), *rule_set(1)])
-        clock = CpuClock()
+        catalog.apply_rules(spark, settings, [*load_rules(), *stateful_rule_set(1)])
+        clock = CpuMeter()
         print(f"\n1. per event: {args.events:,} events, each query alone, availableNow", flush=True)
         costs = per_event(spark, settings, args.events, clock)
         print(f"\n2. per micro-batch: every query running, trigger {args.trigger}, {args.trickle} events/s", flush=True)
         # fresh topics and tables: no backlog, no watermark jump from step 1's event times to now
-        idle = settings.replace(
-            base_path=f"{base}/idle",
+        with scratch_run(
+            "cost-idle",
+            ("events", "alerts", "acks"),
             schema=f"{settings.schema}_idle",
-            events_topic=f"{settings.events_topic}-idle",
-            alerts_topic=f"{settings.alerts_topic}-idle",
-            acks_topic=f"{settings.acks_topic}-idle",
             trigger=args.trigger,
             alerts_trigger=args.trigger,
-        )
-        idle_topics = [idle.events_topic, idle.alerts_topic, idle.acks_topic]
-        with broker.scratch_topics(settings.kafka_bootstrap_servers, idle_topics):
-            catalog.apply_rules(spark, idle, [*load_rules(), *rule_set(1)])
-            fixed = per_batch(spark, idle, args, clock)
-        report(costs, fixed, args)
-    stop_session(get_spark())
-    shutil.rmtree(base, ignore_errors=True)
+            max_offsets_per_trigger=str(args.events),
+        ) as idle:
+            catalog.apply_rules(spark, idle, [*load_rules(), *stateful_rule_set(1)])
+            fixed, idle_cores = per_batch(spark, idle, args, clock)
+        figures, table = report(costs, fixed, args)
+        stop_session(spark)
+    figures["the pipeline idling (cores)"] = idle_cores
+    record("cost_model", figures, table)
 
 
-def report(costs: dict, fixed: dict, args) -> None:
+def report(costs: dict, fixed: dict, args) -> tuple[dict, list[dict]]:
+    """Print the per-query table, the totals and the sizing; returns them as figures and the table's rows."""
     print("\nquery             core-s/M events  core-s/batch  batch ms  planning  offsets  state commit  sink")
+    table = []
     for name, cost in costs.items():
         f = fixed.get(name, {})
         print(
@@ -222,15 +179,39 @@ def report(costs: dict, fixed: dict, args) -> None:
             f"{f.get('batch', 0):>8,.0f}  {f.get('planning', 0):>8,.0f}  {f.get('offsets', 0):>7,.0f}  "
             f"{f.get('state_commit', 0):>12,.0f}  {f.get('sink', 0):>4,.0f}"
         )
+        table.append(
+            {
+                "query": name,
+                "input rows": cost["rows"],
+                "wall s": cost["wall_s"],
+                "CPU s": cost["cpu_s"],
+                "run with nothing new CPU s": cost["run_overhead_cpu_s"],
+                "core-s per million events": cost["core_s_per_million"],
+                "batches": f.get("batches", 0),
+                "core-s per batch": f.get("core_s_per_batch", 0),
+                **{f"{part} ms": f.get(part, 0) for part in ("batch", "planning", "offsets", "state_commit", "sink")},
+            }
+        )
     per_event_core_s = sum(c["core_s_per_million"] for c in costs.values()) / 1e6
     per_batch_core_s = sum(f.get("core_s_per_batch", 0) for f in fixed.values())
     print(f"\nall queries: {per_event_core_s * 1e6:.1f} core-s per million events + {per_batch_core_s:.2f} core-s per "
           "trigger")  # fmt: skip
+    figures = {
+        "events": args.events,
+        "trigger": args.trigger,
+        "trickle (events/s)": args.trickle,
+        "measured idling (s)": args.idle_seconds,
+        "all queries, per event (core-s per million events)": per_event_core_s * 1e6,
+        "all queries, per trigger (core-s)": per_batch_core_s,
+    }
     print("cores needed = rate x per-event cost + per-trigger cost / trigger interval:")
     print("  events/s    trigger 10 s   trigger 60 s")
     for rate in (1_000, 4_000, 10_000, 50_000):
         need = [rate * per_event_core_s + per_batch_core_s / parse_duration(t) for t in ("10 seconds", "60 seconds")]
         print(f"  {rate:>8,}    {need[0]:>10.2f}   {need[1]:>12.2f}")
+        for trigger, cores in zip(("10 s", "60 s"), need, strict=True):
+            figures[f"cores needed at {rate:,} events/s, trigger {trigger} (cores)"] = cores
+    return figures, table
 
 
 if __name__ == "__main__":

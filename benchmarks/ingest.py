@@ -13,36 +13,28 @@ is excluded (the session is started before the clock runs). The topic has ``part
 
 from __future__ import annotations
 
-import argparse
-import ast
 import json
-import shutil
-import tempfile
 import time
-import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from harness import (
+    argument_parser,
+    kafka_consumer,
+    produce_backlog,
+    read_from_start,
+    record,
+    run_to_end,
+    scratch_run,
+    source_offsets,
+)
 
-from sensorcep.local import broker, simulator
 from sensorcep.pipeline import ingest
 from sensorcep.runtime import get_spark
-from sensorcep.settings import env_settings
 
 
 def raw_consume_rate(bootstrap: str, topic: str, expected: int) -> float:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "receive.message.max.bytes": 1_000_000_000,
-            "fetch.max.bytes": 900_000_000,
-        }
-    )
-    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    consumer = kafka_consumer(bootstrap, {"receive.message.max.bytes": 1_000_000_000, "fetch.max.bytes": 900_000_000})
+    read_from_start(consumer, topic)
     seen, started = 0, time.perf_counter()
     while seen < expected:
         seen += sum(1 for m in consumer.consume(20_000, 5.0) if m.error() is None)
@@ -56,17 +48,18 @@ def spark_noop_rate(spark, settings, expected: int) -> tuple[float, list[dict]]:
     Its events/s over the whole run, and its micro-batches' progress."""
     from sensorcep.io.kafka import read_kafka
 
-    started = time.perf_counter()
-    query = (
-        read_kafka(spark, settings, settings.events_topic)
-        .writeStream.format("noop")
-        .option("checkpointLocation", f"{settings.base_path}/checkpoints/noop")
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    elapsed = time.perf_counter() - started
-    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    def run():
+        query = (
+            read_kafka(spark, settings, settings.events_topic)
+            .writeStream.format("noop")
+            .option("checkpointLocation", f"{settings.base_path}/checkpoints/noop")
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        return query
+
+    elapsed, _, batches = run_to_end(run)
     read = sum(p["numInputRows"] for p in batches)
     assert read == expected, f"the noop query read {read:,} of {expected:,} records"
     return read / elapsed, batches
@@ -84,25 +77,12 @@ def full_batch_rate(batches: list[dict], batch_size: int) -> float | None:
 def records_of(progress) -> int:
     """The Kafka records a micro-batch read: its end offsets minus its start offsets."""
     source = progress["sources"][0]
-    start, end = _offsets(source["startOffset"]), _offsets(source["endOffset"])
+    start, end = source_offsets(source["startOffset"]), source_offsets(source["endOffset"])
     return sum(end[t][p] - start.get(t, {}).get(p, 0) for t in end for p in end[t])
 
 
-def _offsets(value) -> dict:
-    """A source progress' offsets ({topic: {partition: offset}}), whichever form the progress object gives them in."""
-    if not value:
-        return {}
-    if isinstance(value, dict):
-        return value
-    try:
-        offsets = json.loads(value)
-    except json.JSONDecodeError:
-        offsets = ast.literal_eval(value)
-    return offsets or {}  # a query's first batch may start at None: the earliest offsets
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=250_000, help="max_offsets_per_trigger")
     parser.add_argument(
@@ -133,20 +113,15 @@ def main() -> None:
     if any("=" not in each for each in args.conf):
         parser.error("--conf takes KEY=VALUE")
 
-    base = tempfile.mkdtemp(prefix="sensorcep-bench-")
-    topic = f"bench-ingest-{uuid.uuid4().hex[:8]}"
-    settings = env_settings(base_path=base, events_topic=topic, max_offsets_per_trigger=str(args.batch))
-    broker.up(settings.kafka_bootstrap_servers)
-    with broker.scratch_topics(settings.kafka_bootstrap_servers, [topic], partitions=settings.partitions):
-        measure(args, settings, topic)
-    shutil.rmtree(base, ignore_errors=True)
+    with scratch_run("ingest", max_offsets_per_trigger=str(args.batch)) as settings:
+        figures, table = measure(args, settings, settings.events_topic)
+    record("ingest", figures, table, baseline="Spark noop")
 
 
-def measure(args, settings, topic: str) -> None:
-    sim = simulator.generate(
-        simulator.SimulationConfig(events=args.events, seed=1, start=datetime(2026, 1, 1, tzinfo=timezone.utc))
-    )
-    simulator.produce(sim, settings.kafka_bootstrap_servers, topic, progress=True)
+def measure(args, settings, topic: str) -> tuple[dict, list[dict]]:
+    """Produce the topic, run the baselines and ingest on it and print what they did; returns the figures (the
+    baselines and ingest as ``... (events/s)``, ``Spark noop`` the baseline) and one row per micro-batch."""
+    produce_backlog(settings, args.events, seed=1)
 
     raw = raw_consume_rate(settings.kafka_bootstrap_servers, topic, args.events)
     event_log = Path(settings.base_path) / "spark-events"  # --steps: how much of each step Spark's jobs took
@@ -154,10 +129,7 @@ def measure(args, settings, topic: str) -> None:
     spark = get_spark(extra_conf=(event_log_conf(event_log) if args.steps else ()) + confs)
     noop, noop_batches = spark_noop_rate(spark, settings, args.events)
     steps = time_steps(spark) if args.steps else None
-    started = time.perf_counter()
-    query = ingest.start_ingest(spark, settings)
-    elapsed = time.perf_counter() - started
-    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    elapsed, _, batches = run_to_end(lambda: ingest.start_ingest(spark, settings))
     rate = args.events / elapsed
     print(f"\nevents: {args.events:,} in {len(batches)} micro-batches of <= {args.batch:,}")
     print(f"raw confluent-kafka consume : {raw:>12,.0f} events/s  ({settings.partitions} partitions)")
@@ -171,6 +143,21 @@ def measure(args, settings, topic: str) -> None:
         print(f"  ingest full batches / noop full batches: {steady_ingest / steady_noop:.3f}")
     print(f"ratio ingest / raw          : {rate / raw:>12.3f}")
     print(f"ratio ingest / Spark noop   : {rate / noop:>12.3f}")
+    figures = {
+        "events": args.events,
+        "micro-batches": len(batches),
+        "max_offsets_per_trigger (events)": args.batch,
+        "partitions": settings.partitions,
+        "raw consume (events/s)": raw,
+        "Spark noop (events/s)": noop,
+        "ingest (events/s)": rate,
+        "ingest (s)": elapsed,
+        "ingest / raw consume (x)": rate / raw,
+    }
+    if steady_noop and steady_ingest:
+        figures["full batches: Spark noop (events/s)"] = steady_noop
+        figures["full batches: ingest (events/s)"] = steady_ingest
+        figures["ingest full batches / Spark noop whole run (x)"] = steady_ingest / noop
     floors = run_floors(spark, settings) if args.floors else {}
     if floors:
         print("floors, run after ingest on the same topic (what no ingest can beat; events/s, and against noop's):")
@@ -178,12 +165,25 @@ def measure(args, settings, topic: str) -> None:
             full = full_batch_rate(floor_batches, args.batch)
             against = f", full batches {full:,.0f} ({full / steady_noop:.3f}x)" if full and steady_noop else ""
             print(f"  {name:<32}: whole run {whole:>9,.0f} ({whole / noop:.3f}x){against}")
+            figures[f"floor {name} (events/s)"] = whole
+            if full:
+                figures[f"full batches: floor {name} (events/s)"] = full
+    table = []
     for name, query_batches in (("noop", noop_batches), ("ingest", batches), *((n, b) for n, (_, b) in floors.items())):
         for p in query_batches:
             d = p["durationMs"]
             print(
                 f"  {name} batch {p['batchId']:>3}: {p['batchDuration']:>6,} ms  "
                 f"(latestOffset {d.get('latestOffset', 0)} ms, addBatch {d.get('addBatch', 0)} ms)"
+            )
+            table.append(
+                {
+                    "query": name,
+                    "batch": p["batchId"],
+                    "batch ms": p["batchDuration"],
+                    "latestOffset ms": d.get("latestOffset", 0),
+                    "addBatch ms": d.get("addBatch", 0),
+                }
             )
     if steps:
         print("inside each micro-batch (s): " + ", ".join(STEPS) + "; and how many classes Spark compiled")
@@ -200,9 +200,21 @@ def measure(args, settings, topic: str) -> None:
             times = "  ".join(f"{jobs.get(name, 0.0):6.2f}" for name in STEPS[:-1])
             spent = sum(jobs.values())
             print(f"  batch {i:>3}: {times}  {spent:6.2f}  ({spent / step['total']:.0%} of the batch)")
+            table.append(
+                {
+                    "query": "ingest, inside the batch",
+                    "batch": i,
+                    **{f"{name} s": step.get(name, 0.0) for name in STEPS},
+                    "compiled classes": step["compiled"],
+                    "in Spark jobs s": spent,
+                }
+            )
     if args.layers:
-        print_layers(spark, settings, topic, min(args.batch, args.events // 4))  # partitions fill unevenly
+        records, layered = print_layers(spark, settings, topic, min(args.batch, args.events // 4))  # uneven partitions
+        figures["layers: records"] = records
+        figures.update({f"layers: {name} (s)": seconds for name, seconds in layered.items()})
     spark.stop()  # before the scratch folder (and the event log in it) is removed
+    return figures, table
 
 
 def run_floors(spark, settings) -> dict[str, tuple[float, list[dict]]]:
@@ -246,12 +258,14 @@ def run_floors(spark, settings) -> dict[str, tuple[float, list[dict]]]:
     }
     rates = {}
     for name, writer in runs.items():
-        started = time.perf_counter()
         checkpoint = f"{settings.base_path}/checkpoints/floor-{len(rates)}"
-        query = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
-        query.awaitTermination()
-        elapsed = time.perf_counter() - started
-        batches = [p for p in query.recentProgress if p["numInputRows"]]
+
+        def run(writer=writer, checkpoint=checkpoint):
+            query = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+            query.awaitTermination()
+            return query
+
+        elapsed, _, batches = run_to_end(run)
         rates[name] = sum(records_of(p) for p in batches) / elapsed, batches
     return rates
 
@@ -283,10 +297,10 @@ def layers(raw, settings) -> list[tuple[str, object]]:
     ]
 
 
-def print_layers(spark, settings, topic: str, batch: int, repeats: int = 4) -> None:
+def print_layers(spark, settings, topic: str, batch: int, repeats: int = 4) -> tuple[int, dict[str, float]]:
     """Time :func:`layers` over the topic's second ``batch``-sized slice (``batch`` at most a quarter of the topic, so
     that every partition holds two shares even when the keys fill them unevenly), each ``repeats`` times into ``noop``;
-    prints the median and what each layer adds per record."""
+    prints the median and what each layer adds per record. Returns the slice's records and the medians (s) by layer."""
     from sensorcep.io.kafka import topic_partitions
 
     partitions = sorted(topic_partitions(settings, topic))
@@ -302,7 +316,7 @@ def print_layers(spark, settings, topic: str, batch: int, repeats: int = 4) -> N
     )
     records = raw.count()
     print(f"the first pass layer by layer, batch mode, {records:,} records (median of {repeats} runs):")
-    before = 0.0
+    before, medians = 0.0, {}
     for name, frame in layers(raw, settings):
         run = frame if callable(frame) else lambda f=frame: f.write.format("noop").mode("overwrite").save()
         seconds = []
@@ -312,7 +326,8 @@ def print_layers(spark, settings, topic: str, batch: int, repeats: int = 4) -> N
             seconds.append(time.perf_counter() - started)
         median = sorted(seconds)[len(seconds) // 2]
         print(f"  {name:<36} {median:6.2f} s  (+{(median - before) / records * 1e6:5.2f} µs per record)")
-        before = median
+        before = medians[name] = median
+    return records, medians
 
 
 #: ingest's steps in a micro-batch, as --steps reports them (the ranking: the rest of the batch)

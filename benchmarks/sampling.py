@@ -29,17 +29,15 @@ growth plot is saved next to this file (``sampling_growth.png``).
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
 import statistics
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from harness import argument_parser, batch_stats, progress, record, scratch_folder
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -253,17 +251,19 @@ def run(spark, approach: str, store: str, source: Path, work: Path) -> dict:
     query.stop()
     heap["stop"] = True
     sampler.join()
-    progress = [json.loads(p.json) for p in query.recentProgress]
-    data = [p for p in progress if p["numInputRows"] > 0]
-    durations = [p["durationMs"]["triggerExecution"] for p in progress]
-    ops = [op for p in progress for op in p.get("stateOperators", [])]
+    reports = progress(query)
+    data = [p for p in reports if p["numInputRows"] > 0]
+    durations = [p["durationMs"]["triggerExecution"] for p in reports]
+    ops = [op for p in reports for op in p.get("stateOperators", [])]
+    data_ms = [p["durationMs"]["triggerExecution"] for p in data]
+    stats = batch_stats(data_ms)
     return {
         "approach": approach,
         "store": store,
         "events_per_s": sum(p["numInputRows"] for p in data) / (sum(durations) / 1000),
-        "p50_ms": statistics.median(p["durationMs"]["triggerExecution"] for p in data),
-        "p95_ms": float(np.percentile([p["durationMs"]["triggerExecution"] for p in data], 95)),
-        "durations_ms": [p["durationMs"]["triggerExecution"] for p in data],
+        "p50_ms": stats["p50_ms"],
+        "p95_ms": stats["p95_ms"],
+        "durations_ms": data_ms,
         "commit_ms": statistics.median(op.get("commitTimeMs", 0) for op in ops) if ops else 0,
         "state_rows_max": max((op["numRowsTotal"] for op in ops), default=0),
         "state_mb_max": max((op["memoryUsedBytes"] for op in ops), default=0) / 2**20,
@@ -283,7 +283,7 @@ def slope_ms_per_10k(durations: list[float], held: list[int], skip: int = 2) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--devices", type=int, default=1_000)
     parser.add_argument("--workloads", default="sparse,dense")
@@ -295,9 +295,9 @@ def main() -> None:
     args = parser.parse_args()
 
     spark = runtime.get_spark()
-    work = Path(tempfile.mkdtemp(prefix="bench-sampling-"))
     results = []
-    try:
+    with scratch_folder("sampling") as folder:
+        work = Path(folder)
         for workload in args.workloads.split(","):
             for batch in map(int, args.batches.split(",")):
                 source = work / f"{workload}-{batch}"
@@ -326,13 +326,17 @@ def main() -> None:
                             f"hash {result['output_hash'] % 10**6:06d})",
                             flush=True,
                         )
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    report(results)
+    figures = report(results)
     plot(results, args.plot)
+    figures["plot"] = args.plot
+    table = [{k: v for k, v in r.items() if k not in ("durations_ms", "held")} for r in results]
+    record("sampling", figures, table, baseline="builtin")
 
 
-def report(results: list[dict]) -> None:
+def report(results: list[dict]) -> dict:
+    """Print the table and the ratios; returns the figures: each run's events/s and p50 batch time by workload, batch
+    size and store (``builtin``, Spark's own aggregation, the baseline), the ratios the issue set targets for, and
+    whether the approaches emitted the same rows."""
     print(
         "\nworkload  batch    store    approach      events/s   p50 ms   p95 ms  commit ms  state rows  "
         "state MB  heap MB  ms/10k held  output rows"
@@ -343,6 +347,11 @@ def report(results: list[dict]) -> None:
             f"{r['p50_ms']:>8,.0f} {r['p95_ms']:>8,.0f} {r['commit_ms']:>10,.0f} {r['state_rows_max']:>11,} "
             f"{r['state_mb_max']:>9,.1f} {r['heap_mb_peak']:>8,.0f} {r['slope']:>12,.1f} {r['output_rows']:>12,}"
         )
+    figures: dict = {}
+    for r in results:
+        group = f"{r['workload']} {r['batch']:,} {r['store']}"
+        figures[f"{group}: {r['approach']} (events/s)"] = r["events_per_s"]
+        figures[f"{group}: {r['approach']} (p50 ms)"] = r["p50_ms"]
     print("\nratios (same run):")
     by = {(r["workload"], r["batch"], r["store"], r["approach"]): r for r in results}
     for (workload, batch, store, approach), r in sorted(by.items()):
@@ -368,12 +377,17 @@ def report(results: list[dict]) -> None:
                     else f"target {target}x: " + ("meets" if ratio >= target else "misses")
                 )
                 print(f"  {workload:6} {batch:>7,} {store}: bucketed / {other:10} = {ratio:4.2f}x ({verdict})")
+                figures[f"{workload} {batch:,} {store}: bucketed / {other} (x)"] = ratio
+                if target is not None:
+                    figures[f"{workload} {batch:,} {store}: bucketed / {other}, target (x)"] = target
     groups: dict = {}
     for r in results:
         if r["approach"] != "tws_floor":  # emits nothing by design
             groups.setdefault((r["workload"], r["batch"]), set()).add((r["output_rows"], r["output_hash"]))
     for (workload, batch), digests in sorted(groups.items()):
         print(f"  {workload:6} {batch:>7,}: outputs {'identical' if len(digests) == 1 else 'DIFFER: ' + str(digests)}")
+        figures[f"{workload} {batch:,}: outputs identical"] = len(digests) == 1
+    return figures
 
 
 def plot(results: list[dict], path: str) -> None:

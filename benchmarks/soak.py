@@ -20,87 +20,40 @@ Measure on a freshly started broker with nothing else running (``make broker-dow
 
 from __future__ import annotations
 
-import argparse
 import json
-import multiprocessing
+import os
 import statistics
-import sys
-import tempfile
 import time
-import uuid
 from datetime import datetime
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-import psutil  # noqa: E402
-from alert_latency import produce_steady  # noqa: E402 - the same steady producer, in its own process
-from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+from harness import (
+    CpuMeter,
+    argument_parser,
+    kafka_consumer,
+    percentile,
+    progress,
+    record,
+    scratch_run,
+    source_offsets,
+    start_producer,
+    topic_end,
+)
 
-from sensorcep.io.lake import Tables  # noqa: E402
-from sensorcep.local import broker  # noqa: E402
-from sensorcep.pipeline import registry  # noqa: E402
-from sensorcep.pipeline.ingest import wait_for_bronze  # noqa: E402
-from sensorcep.runtime import get_spark  # noqa: E402
-from sensorcep.settings import env_settings, parse_duration  # noqa: E402
+from sensorcep.io.lake import Tables
+from sensorcep.pipeline import registry
+from sensorcep.pipeline.ingest import wait_for_bronze
+from sensorcep.runtime import get_spark
+from sensorcep.settings import parse_duration
 
 #: the declared queries (the registry); without acks, every alert's incident escalates (the lifecycle's worst case)
 STARTERS = registry.registry()
 
 
-class CpuMeter:
-    """CPU cores used since the last reading, per part of the setup (psutil; processes found afresh each time).
-
-    spark JVM, its python workers (Kafka reads, transformWithState), the driver (this process: foreachBatch code,
-    Delta commits), the producer and the broker. Children that exit are counted by the parent that
-    reaps them.
-    """
-
-    def __init__(self, producer_pid: int):
-        self.producer_pid, self.last, self.at = producer_pid, {}, time.monotonic()
-        self.read()
-
-    def _groups(self) -> dict[str, list[psutil.Process]]:
-        me = psutil.Process()
-        jvms = [c for c in me.children() if c.name() == "java"]
-        return {
-            "spark JVM": jvms,
-            "python workers": [d for j in jvms for d in j.children(recursive=True)],
-            "driver": [me],
-            "producer": [psutil.Process(self.producer_pid)],
-            "broker": [p for p in psutil.process_iter(["cmdline"]) if "kafka.Kafka" in (p.info["cmdline"] or [])],
-        }
-
-    def read(self) -> dict[str, float]:
-        now, used = time.monotonic(), {}
-        for group, processes in self._groups().items():
-            total = 0.0
-            for process in processes:
-                try:
-                    t = process.cpu_times()
-                except psutil.NoSuchProcess:
-                    continue
-                seconds = t.user + t.system + t.children_user + t.children_system
-                total += seconds - self.last.get(process.pid, 0.0)  # a process new since the last reading: all of it
-                self.last[process.pid] = seconds
-            used[group] = total / (now - self.at)
-        self.at = now
-        return used
-
-
-def topic_end(consumer, topic: str) -> int:
-    """The end offsets of the events topic summed over its partitions: everything produced so far."""
-    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    return sum(
-        consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1] for p in partitions
-    )
-
-
-def processed_end(progress: dict | None) -> int:
+def processed_end(report: dict | None) -> int:
     """The Kafka offsets a query's last progress had read to, summed over its Kafka sources and their partitions."""
     total = 0
-    for source in (progress or {}).get("sources", []):
-        end = source.get("endOffset") or {}
-        end = json.loads(end) if isinstance(end, str) else end
+    for source in (report or {}).get("sources", []):
+        end = source_offsets(source.get("endOffset"))
         if end and all(isinstance(parts, dict) for parts in end.values()):  # {topic: {partition: offset}}: Kafka
             total += sum(int(o) for parts in end.values() for o in parts.values())
     return total
@@ -108,7 +61,7 @@ def processed_end(progress: dict | None) -> int:
 
 def rows_read(query) -> int:
     """Rows a query has read since it started (a Delta source: each bronze row once)."""
-    return sum(json.loads(p.json)["numInputRows"] for p in query.recentProgress)
+    return sum(p["numInputRows"] for p in progress(query))
 
 
 def bronze_rows(spark, settings) -> int:
@@ -120,8 +73,8 @@ def minute_row(
 ) -> dict:
     """One query's minute: rates from offsets (exact; ``by_rows``: from rows read, for a query reading bronze, whose
     ``end_offset`` is then bronze's row count), batch times and state from its progress events."""
-    batches = [json.loads(p.json) for p in query.recentProgress]
-    recent = [p for p in batches if datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")) >= since]
+    batches = progress(query)
+    recent = progress(query, since)
     durations = [p["batchDuration"] for p in recent if p["numInputRows"] > 0]
     last = batches[-1] if batches else None
     state = sum(o.get("numRowsTotal", 0) for o in (last or {}).get("stateOperators", [])) if last else 0
@@ -133,9 +86,7 @@ def minute_row(
         "batches": len(recent),
         "processed_end": processed,
         "processed_per_s": (processed - processed_before) / 60,
-        "batch_p95_ms": (
-            statistics.quantiles(durations, n=20)[-1] if len(durations) >= 2 else (durations[0] if durations else 0)
-        ),
+        "batch_p95_ms": percentile(durations, 95) if durations else 0,
         "state_rows": state,
         "lag_events": lag,
         "lag_s": lag / rate,
@@ -147,7 +98,7 @@ REALTIME_REPORT_EVERY = "30 seconds"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("--minutes", type=int, default=10)
     parser.add_argument("--rate", type=int, default=4_000, help="events per second")
     parser.add_argument("--trigger", default="10 seconds", help="ingest, sampling and device-activity trigger")
@@ -168,33 +119,25 @@ def main() -> None:
 
     if args.alerts_trigger.strip() == "realtime":
         args.alerts_trigger = f"realtime:{REALTIME_REPORT_EVERY}"
-    run = uuid.uuid4().hex[:8]
-    settings = env_settings(
-        events_topic=f"soak-events-{run}",
-        alerts_topic=f"soak-alerts-{run}",
-        acks_topic=f"soak-acks-{run}",
-        base_path=tempfile.mkdtemp(prefix="bench-soak-"),
+    with scratch_run(
+        "soak",
+        ("events", "alerts", "acks"),  # acks: none are sent
+        start_broker=False,
         trigger=args.trigger,
         alerts_trigger=args.alerts_trigger,
         max_offsets_per_trigger=0,
-    )
-    broker.wait_until_ready(settings.kafka_bootstrap_servers, timeout=10)
-    topics = [settings.events_topic, settings.alerts_topic, settings.acks_topic]  # acks: none are sent
-    with broker.scratch_topics(settings.kafka_bootstrap_servers, topics):
-        soak(args, settings, run)
+    ) as settings:
+        figures, rows = soak(args, settings)
+    record("soak", figures, rows)
 
 
-def soak(args, settings, run: str) -> None:
+def soak(args, settings) -> tuple[dict, list[dict]]:
+    """Run it and print each minute and the verdict; returns the figures (the verdict, the mean CPU cores per part,
+    the drain times) and the minutes' rows."""
     spark = get_spark()
     jvm = spark.sparkContext._jvm
-    offsets = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": f"soak-{run}"})
-    out = multiprocessing.Queue()
-    producer = multiprocessing.Process(
-        target=produce_steady,
-        daemon=True,
-        args=(settings.kafka_bootstrap_servers, settings.events_topic, args.rate, args.minutes * 60, out),
-    )
-    producer.start()
+    offsets = kafka_consumer(settings.kafka_bootstrap_servers)
+    producer, out = start_producer(settings, args.rate, args.minutes * 60)
     queries = []
     for name in args.queries.split(","):  # in pipeline order: a bronze reader starts once ingest has created bronze
         if STARTERS[name].reads_bronze:
@@ -233,6 +176,7 @@ def soak(args, settings, run: str) -> None:
             )  # fmt: skip
             done[query.name] = row["processed_end"]
             row["input_per_s"] = (end - produced_before) / 60
+            row["live_heap_mb"] = used
             rows.append(row)
             print(
                 f"{minute:>3} {row['query']:16} {row['batches']:>7} {row['input_per_s']:>7,.0f} "
@@ -241,7 +185,7 @@ def soak(args, settings, run: str) -> None:
                 flush=True,
             )
         produced_before = end
-        cores.append(cpu.read())
+        cores.append(cpu.read_cores())
         print(f"    cpu cores: {cpu_line(cores[-1])}", flush=True)
     out.get(timeout=120)  # the producer hands back its send log before it can exit
     producer.join(timeout=60)
@@ -251,19 +195,25 @@ def soak(args, settings, run: str) -> None:
             return bronze_rows(spark, settings)
         return topic_end(offsets, source_topics(settings).get(name, settings.events_topic))
 
-    drained = drain(queries, source_end, args.trigger, by_rows, args.drain_timeout)
-    verdict(rows, heaps, live_heap_mb(jvm), args)
+    drained, caught_up = drain(queries, source_end, args.trigger, by_rows, args.drain_timeout)
+    figures = {"rate (events/s)": args.rate, "minutes": args.minutes, "trigger": args.trigger}
+    figures["alerts trigger"] = args.alerts_trigger
+    figures.update(verdict(rows, heaps, live_heap_mb(jvm), args))
     mean = {group: statistics.mean(c[group] for c in cores) for group in cores[0]}
     print(f"  mean cpu cores over the run: {cpu_line(mean)}")
     print(drained)
+    figures.update({f"mean cpu: {group} (cores)": used for group, used in mean.items()})
+    figures.update({f"drain: {q.name} (s)": caught_up.get(q.name) for q in queries})  # None: did not catch up
     for query in queries:  # stopped between batches: nothing is cancelled mid-write
         query.stop()
+    offsets.close()
+    return figures, rows
 
 
 def cpu_line(cores: dict[str, float]) -> str:
     return (
         " | ".join(f"{group} {used:.2f}" for group, used in cores.items())
-        + f" | total {sum(cores.values()):.2f} of {psutil.cpu_count()}"
+        + f" | total {sum(cores.values()):.2f} of {os.cpu_count()}"
     )
 
 
@@ -273,10 +223,12 @@ def source_topics(settings) -> dict[str, str]:
     return {settings.query_name(n): settings.alerts_topic for n in ("anomalies", "alert_lifecycle")}
 
 
-def drain(queries, produced_of, trigger: str, by_rows: set[str], timeout_s: float = 600) -> str:
+def drain(
+    queries, produced_of, trigger: str, by_rows: set[str], timeout_s: float = 600
+) -> tuple[str, dict[str, float]]:
     """After the producer stops: how long each query takes to process the whole of its topic (its final lag, in time).
     ``produced_of(name)`` is the end offset of that query's source topic now (the alerts topic still grows until
-    the alert query has caught up)."""
+    the alert query has caught up). Returns the line to print and the seconds of each query that caught up."""
     started, caught_up = time.monotonic(), {}
     while len(caught_up) < len(queries) and time.monotonic() - started < timeout_s:
         for query in queries:
@@ -290,12 +242,12 @@ def drain(queries, produced_of, trigger: str, by_rows: set[str], timeout_s: floa
         time.sleep(0.5)
     missing = [q.name for q in queries if q.name not in caught_up]
     if missing:
-        return f"  drain: {', '.join(missing)} did NOT process all of their topic within {timeout_s:.0f} s"
+        return f"  drain: {', '.join(missing)} did NOT process all of their topic within {timeout_s:.0f} s", caught_up
     times = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in caught_up.items())
     return (
         f"  drain: every query processed all of its topic; caught up after the producer stopped: {times} "
         f"(trigger {trigger})"
-    )
+    ), caught_up
 
 
 def live_heap_mb(jvm, readings: int = 3) -> float:
@@ -310,13 +262,15 @@ def live_heap_mb(jvm, readings: int = 3) -> float:
     return min(used)
 
 
-def verdict(rows: list[dict], heaps: list[float], idle_heap: float, args) -> None:
+def verdict(rows: list[dict], heaps: list[float], idle_heap: float, args) -> dict:
     """Second half vs first half of the run (minutes 1-2 are warm-up): state rows, live heap and lag must not grow.
+    Prints the verdict and returns it as figures.
 
     Lag is the honest "kept up" measure: a query whose lag keeps growing processes less than arrives.
     """
     print("\nverdict (minutes 3..h vs h+1..end):")
     half = max(3, (args.minutes + 2) // 2)
+    figures: dict = {}
     for query in dict.fromkeys(r["query"] for r in rows):
         mine = [r for r in rows if r["query"] == query]
         early, late = [r for r in mine if 2 < r["minute"] <= half], [r for r in mine if r["minute"] > half]
@@ -332,6 +286,12 @@ def verdict(rows: list[dict], heaps: list[float], idle_heap: float, args) -> Non
             f"  {query:16} state rows {'flat' if flat else 'GROWING'} (max {state_early:,} then {state_late:,}); "
             f"mean lag {lag_early:.1f} s then {lag_late:.1f} s: {'kept up' if kept_up else 'FELL BEHIND'}"
         )
+        figures[f"{query}: max state rows, minutes 3-{half}"] = state_early
+        figures[f"{query}: max state rows, minutes {half + 1}-{args.minutes}"] = state_late
+        figures[f"{query}: state rows flat"] = flat
+        figures[f"{query}: mean lag, minutes 3-{half} (s)"] = lag_early
+        figures[f"{query}: mean lag, minutes {half + 1}-{args.minutes} (s)"] = lag_late
+        figures[f"{query}: kept up"] = kept_up
     early_heap, late_heap = heaps[2:half], heaps[half:]
     if early_heap and late_heap:
         bound = 1.5 * max(early_heap)
@@ -341,6 +301,12 @@ def verdict(rows: list[dict], heaps: list[float], idle_heap: float, args) -> Non
             f"{statistics.median(late_heap):,.0f} MB (max {max(late_heap):,.0f}); {idle_heap:,.0f} MB once drained "
             f"(queries idle): {'flat' if flat else 'GROWING'}"
         )
+        figures[f"live JVM heap max, minutes 3-{half} (MB)"] = max(early_heap)
+        figures[f"live JVM heap median, minutes {half + 1}-{args.minutes} (MB)"] = statistics.median(late_heap)
+        figures[f"live JVM heap max, minutes {half + 1}-{args.minutes} (MB)"] = max(late_heap)
+        figures["live JVM heap once drained (MB)"] = idle_heap
+        figures["live JVM heap flat"] = flat
+    return figures
 
 
 if __name__ == "__main__":

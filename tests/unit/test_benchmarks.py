@@ -1,18 +1,34 @@
-"""Every benchmark at least starts: a layout change that breaks one's imports fails here, not months later."""
+"""Every benchmark at least starts: a layout change that breaks one's imports fails here, not months later. And every
+one shares the harness (benchmarks/harness.py) instead of importing another, and records what it printed with it."""
 
+import ast
+import importlib
 import importlib.util
 import json
+import math
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-BENCHMARKS = sorted((Path(__file__).parents[2] / "benchmarks").glob("*.py"))
+FOLDER = Path(__file__).parents[2] / "benchmarks"
+#: the benchmark scripts: every module of the folder but the harness they share
+BENCHMARKS = sorted(p for p in FOLDER.glob("*.py") if p.stem != "harness")
 
 
 def test_the_benchmarks_are_found():
-    assert {b.stem for b in BENCHMARKS} >= {"alert_latency", "ingest", "sampling", "soak", "state_tuning"}
+    assert {b.stem for b in BENCHMARKS} >= {
+        "alert_latency",
+        "cost_model",
+        "ingest",
+        "sampling",
+        "soak",
+        "state_tuning",
+        "stateful_rules",
+    }
 
 
 @pytest.mark.parametrize("script", BENCHMARKS, ids=lambda p: p.stem)
@@ -22,18 +38,126 @@ def test_each_benchmark_imports_and_explains_its_options(script):
     assert done.stdout.startswith("usage: "), done.stdout[:200]
 
 
-def _ingest_benchmark():
-    path = Path(__file__).parents[2] / "benchmarks" / "ingest.py"
-    spec = importlib.util.spec_from_file_location("ingest_benchmark", path)
+def _imported_modules(tree: ast.Module) -> set[str]:
+    """The top-level names of every module a file imports (absolute imports, wherever they are in the file)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("script", [*BENCHMARKS, FOLDER / "harness.py"], ids=lambda p: p.stem)
+def test_no_script_imports_another_only_the_harness(script):
+    """What two scripts need lives in the harness; no script imports a sibling, none reaches one through sys.path."""
+    tree = ast.parse(script.read_text())
+    assert not _imported_modules(tree) & {b.stem for b in BENCHMARKS}
+    assert not [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", None) == "sys"
+    ]
+
+
+@pytest.mark.parametrize("script", BENCHMARKS, ids=lambda p: p.stem)
+def test_each_script_records_its_results_with_the_harness(script):
+    """Each script ends by calling the harness's record() under its own name: benchmarks/results/<script>.json|md."""
+    tree = ast.parse(script.read_text())
+    from_harness = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "harness"
+        for alias in node.names
+    }
+    assert "record" in from_harness
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "record"
+    ]
+    assert [ast.literal_eval(call.args[0]) for call in calls] == [script.stem]
+
+
+@pytest.fixture
+def harness(monkeypatch):
+    """benchmarks/harness.py, imported as the scripts import it: with benchmarks/ on sys.path."""
+    monkeypatch.syspath_prepend(str(FOLDER))
+    return importlib.import_module("harness")
+
+
+def test_record_writes_the_figures_the_command_the_date_and_the_machine(harness, tmp_path, monkeypatch):
+    """record() writes <script>.json and <script>.md into $SENSORCEP_BENCH_RESULTS: the figures, the command line, the
+    date, the machine's cores and each figure's ratio to the baseline of its group and unit."""
+    monkeypatch.setenv(harness.RESULTS_ENV, str(tmp_path))
+    monkeypatch.setattr(sys, "argv", [str(FOLDER / "ingest.py"), "--events", "1000", "--batch", "250000"])
+    figures = {
+        "events": 1000,
+        "raw consume (events/s)": 300.0,
+        "Spark noop (events/s)": 200.0,
+        "ingest (events/s)": 100.0,
+        "ingest (s)": 10.0,  # another unit: no ratio
+        "full batches: Spark noop (events/s)": 250.0,
+        "full batches: ingest (events/s)": 125.0,
+        "full batches: floor parse -> append (foreachBatch) (events/s)": 200.0,
+        "nothing measured (p50 ms)": float("nan"),
+        "outputs identical": True,
+    }
+    table = [{"query": "ingest", "batch": 0, "batch ms": 1_500}, {"query": "ingest", "batch": 1, "batch ms": 900}]
+    json_path, md_path = harness.record("demo", figures, table, baseline="Spark noop")
+
+    assert (json_path, md_path) == (tmp_path / "demo.json", tmp_path / "demo.md")
+    result = json.loads(json_path.read_text())
+    assert result.keys() == {"script", "command", "date", "machine", "figures", "baseline", "ratios", "table"}
+    assert result["script"] == "demo" and result["baseline"] == "Spark noop"
+    assert result["machine"]["cores"] == os.cpu_count()
+    assert result["command"].endswith("python benchmarks/ingest.py --events 1000 --batch 250000")
+    assert result["date"].endswith("+00:00")
+    assert result["figures"] == {**figures, "nothing measured (p50 ms)": None}  # NaN is no JSON: null
+    assert result["ratios"] == pytest.approx(
+        {
+            "raw consume (events/s)": 1.5,
+            "ingest (events/s)": 0.5,
+            "full batches: ingest (events/s)": 0.5,
+            "full batches: floor parse -> append (foreachBatch) (events/s)": 0.8,
+        }
+    )
+    assert result["table"] == table
+
+    markdown = md_path.read_text()
+    assert f"`{result['command']}` on {result['date']}, {os.cpu_count()} cores" in markdown
+    assert "| figure | value | / Spark noop |" in markdown
+    assert "| ingest (events/s) | 100 | 0.5x |" in markdown
+    assert "| outputs identical | yes |  |" in markdown
+    assert "| query | batch | batch ms |" in markdown and "| ingest | 0 | 1,500 |" in markdown
+
+
+def test_record_takes_a_dataframe_and_a_folder_and_no_baseline(harness, tmp_path):
+    """A pandas table and numpy numbers become plain JSON; without a baseline there are no ratios."""
+    table = pd.DataFrame({"preset": ["rocksdb", "hdfs"], "commit_p95_ms": [12.5, math.nan]})
+    json_path, md_path = harness.record(
+        "tuning", {"rocksdb (commit p95 ms)": table["commit_p95_ms"].iloc[0]}, table, folder=tmp_path
+    )
+    result = json.loads(json_path.read_text())
+    assert result["figures"] == {"rocksdb (commit p95 ms)": 12.5}
+    assert result["baseline"] is None and result["ratios"] == {}
+    assert result["table"] == [{"preset": "rocksdb", "commit_p95_ms": 12.5}, {"preset": "hdfs", "commit_p95_ms": None}]
+    assert "| figure | value |\n|---|---:|\n| rocksdb (commit p95 ms) | 12.5 |" in md_path.read_text()
+
+
+@pytest.fixture
+def ingest_benchmark(harness):
+    spec = importlib.util.spec_from_file_location("ingest_benchmark", FOLDER / "ingest.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_ingest_steps_attribute_each_spark_job_to_its_batch_and_step(tmp_path):
+def test_ingest_steps_attribute_each_spark_job_to_its_batch_and_step(ingest_benchmark, tmp_path):
     """--steps' second table: Spark's event log, with the batch and step each job was started in (local properties);
     a job of no step counts for the ranking, and jobs of other queries (no batch property) do not count."""
-    bench = _ingest_benchmark()
+    bench = ingest_benchmark
 
     def job(job_id, start_ms, end_ms, **properties):
         return [
@@ -59,9 +183,9 @@ def test_ingest_steps_attribute_each_spark_job_to_its_batch_and_step(tmp_path):
     assert spent[1] == pytest.approx({"append quarantine_events": 0.5})
 
 
-def test_full_batch_rate_leaves_out_the_first_batch_and_the_short_last_one():
+def test_full_batch_rate_leaves_out_the_first_batch_and_the_short_last_one(ingest_benchmark):
     """Both queries' steady rate: records from each batch's offsets over its duration, full batches after the first."""
-    bench = _ingest_benchmark()
+    bench = ingest_benchmark
 
     def batch(start: int, end: int, ms: int) -> dict:
         offsets = lambda n: {"t": {"0": n // 2, "1": n // 2}}  # noqa: E731
@@ -75,8 +199,8 @@ def test_full_batch_rate_leaves_out_the_first_batch_and_the_short_last_one():
     assert bench.full_batch_rate(batches[:1], 100) is None
 
 
-def test_a_first_batch_that_starts_at_none_is_counted_from_the_earliest_offsets():
+def test_a_first_batch_that_starts_at_none_is_counted_from_the_earliest_offsets(ingest_benchmark):
     """A query's first progress may name its start offsets ``None`` (a Python repr, not JSON)."""
-    bench = _ingest_benchmark()
+    bench = ingest_benchmark
     progress = {"sources": [{"startOffset": "None", "endOffset": "{'t': {'0': 5, '1': 7}}"}]}
     assert bench.records_of(progress) == 12
