@@ -72,8 +72,8 @@ WRITES = [
 CHECKPOINTED = ["ingest", "sampling", "device_activity", "anomalies", "alert_lifecycle"]
 STATEFUL = ["sampling", "device_activity", "alert_lifecycle"]
 POINT_KINDS = ("before", "after", "offset_log", "commit_log", "state_commit", "delta_checkpoint")
-#: what the suite's run visits: one point of every kind, each armed on a seeded non-empty commit K (its plan is
-#: deterministic for a seed); the nightly chain draws from every point, with K up to 12 (past a Delta checkpoint)
+#: what the suite's run visits: one point of every kind, on a seeded target, at its first non-empty commit (each run of
+#: the job costs minutes on 2 cores); the nightly chain draws from every point, K up to 12 (past a Delta checkpoint)
 SUITE = {
     "before": [("ingest", "bronze_events"), ("anomalies", "anomalies")],
     "after": [("sampling", "sensor_samples"), ("device_activity", "device_status")],
@@ -101,13 +101,10 @@ def _point(kind: str, target, k: int) -> str:
 
 
 def suite_plan(seed: int) -> list[Action]:
-    """The suite's run: every point kind once (its target and K seeded), the Kafka sink and the broker killed once,
+    """The suite's run: every point kind once (its target seeded, K = 1), the Kafka sink and the broker killed once,
     one stop of the real-time query and one second writer, in a seeded order."""
     rng = random.Random(seed)
-    actions = [
-        Action("point", _point(kind, rng.choice(targets), 1 if kind == "delta_checkpoint" else rng.randint(1, 3)))
-        for kind, targets in SUITE.items()
-    ]
+    actions = [Action("point", _point(kind, rng.choice(targets), 1)) for kind, targets in SUITE.items()]
     rng.shuffle(actions)
     # one run holds the actions that do not end it, then the sink kill ends it
     return actions + [Action("stop_alerts", "1"), Action("second_writer"), Action("broker"), Action("sink")]

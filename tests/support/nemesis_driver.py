@@ -92,8 +92,10 @@ def arm(spark, point: str | None, on_write) -> None:
     lock = threading.Lock()
 
     def query_of(df) -> str:
+        """The query's name: its id is a local property of the micro-batch's thread; the query is registered with the
+        session that started it (``spark``), not with the clone a micro-batch runs in."""
         query_id = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-        found = df.sparkSession.streams.get(query_id) if query_id else None
+        found = spark.streams.get(query_id) if query_id else None
         return found.name if found is not None else "-"
 
     def wrap(method):

@@ -9,14 +9,15 @@ from collections import defaultdict
 from sensorcep.io.lake import Tables
 
 
-def record_writes(monkeypatch) -> dict[str, set[str]]:
-    """Patch the writes of ``Tables`` for the test; returns query name (``-``: no query) -> tables it wrote."""
+def record_writes(monkeypatch, spark) -> dict[str, set[str]]:
+    """Patch the writes of ``Tables`` for the test; returns query name (``-``: no query) -> tables it wrote. ``spark``:
+    the session that starts the queries (a micro-batch runs in a clone of it, which does not know them)."""
     written: dict[str, set[str]] = defaultdict(set)
     lock = threading.Lock()
 
     def query_of(df) -> str:
         query_id = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-        query = df.sparkSession.streams.get(query_id) if query_id else None
+        query = spark.streams.get(query_id) if query_id else None
         return query.name if query is not None else "-"
 
     def wrap(method):
