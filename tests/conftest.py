@@ -47,6 +47,7 @@ def tier(item) -> str:
     return part
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers (``pytest -n 2 --dist loadgroup``)
 def pytest_collection_modifyitems(config, items):
     """Mark every test with its tier; refuse a test that needs more than its tier allows."""
     wrong = []
