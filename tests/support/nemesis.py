@@ -417,8 +417,9 @@ class Nemesis:
     def _expect_exit(self, code: int, allowed: tuple[int, ...]) -> None:
         assert code in allowed, f"the job exited {code} ({self.driver.point}):\n{self.driver.errors()}"
 
-    def _point(self, action: Action) -> str:
-        """A fresh run with the point armed; it must die there within :data:`POINT_WAIT_S` (else: ``missed``)."""
+    def _point(self, action: Action, attempt: int = 1) -> str:
+        """A fresh run with the point armed; it must die there within :data:`POINT_WAIT_S` (else: ``missed``). A run
+        that fails by itself first is started again once, as the always-on job's task retry (``ON_FAILURE``) does."""
         driver = self._running(action.arg)
         try:
             code = driver.end(POINT_WAIT_S)
@@ -426,6 +427,10 @@ class Nemesis:
             self._end_run()
             self.missed.append(action.arg)
             return f"NOT REACHED in {POINT_WAIT_S} s ({driver.writes} writes; {driver.committed()})"
+        if code == 1 and attempt == 1:
+            self.driver = None
+            failed = (driver.errors().splitlines() or ["?"])[-1][:120]
+            return f"the run failed by itself ({failed}); retried: " + self._point(action, attempt=2)
         self._expect_exit(code, allowed=(-signal.SIGKILL,))
         assert f"reached {action.arg}" in driver.lines, f"the run died before {action.arg}:\n{driver.errors()}"
         self.driver = None
