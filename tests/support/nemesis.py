@@ -324,9 +324,9 @@ class Driver:
         return ", ".join(f"{key} {k}" for key, k in sorted(last.items())) or "nothing committed"
 
     def errors(self) -> str:
-        return "\n".join(
-            line for line in self.stderr if "Error" in line or "Exception" in line or line.startswith("✘")
-        )[-3000:]
+        """The run's error lines: the first ones (the cause) and the last ones (how it ended)."""
+        text = "\n".join(line for line in self.stderr if "Error" in line or "Exception" in line or line.startswith("✘"))
+        return text if len(text) <= 6000 else f"{text[:3000]}\n...\n{text[-3000:]}"
 
 
 @dataclass
