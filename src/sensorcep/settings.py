@@ -138,8 +138,8 @@ class Settings:
     max_future: str = field(
         default="5 minutes",
         metadata={
-            "doc": "clock skew allowed: an event time further ahead of its Kafka timestamp is quarantined, an ack's "
-            "time is capped"
+            "doc": "clock skew allowed: an event time further ahead of its Kafka timestamp (or of the ingest clock, "
+            "if earlier) is quarantined, an ack's time is capped"
         },
     )
     alerts_trigger: str = field(

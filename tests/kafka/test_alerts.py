@@ -4,6 +4,7 @@ test_alert_lifecycle.py)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 from pyspark.sql import functions as F
@@ -164,3 +165,50 @@ def test_alert_and_sampling_queries_run_side_by_side_in_their_pools(spark, setti
     assert any(both_running), "the two queries ran batches at the same time"
     scheduler = spark.sparkContext._jsc.sc().getPoolForName("alerts").get()
     assert scheduler.weight() == 2 and spark.sparkContext._jsc.sc().getPoolForName("sampling").get().weight() == 1
+
+
+def test_a_switch_between_real_time_and_micro_batch_alerts_sends_no_alert_twice(spark, settings):
+    """The hourly job (micro-batch alerts) and the always-on job (real-time) keep separate checkpoints; each start
+    begins where the other mode ended, both ways, so the topic holds every anomaly's alert exactly once."""
+    create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic])
+    expected: set[str] = set()
+
+    def produce(seed: int, minutes: int) -> None:
+        sim = simulator.generate(
+            simulator.SimulationConfig(
+                events=600,
+                devices=10,
+                seed=seed,
+                start=T0 + pd.Timedelta(minutes=minutes),
+                rate=50,
+                anomaly_share=0.1,
+                duplicate_share=0.0,  # a re-sent event alerts again (same id): here each alert is sent once
+            )
+        )
+        simulator.produce(sim, settings.kafka_bootstrap_servers, settings.events_topic)
+        anomalous = sim.valid[sim.valid.sensor_freq < 0].drop_duplicates(["device_id", "event_time"])
+        expected.update(
+            alerts.alert_id(d, int(t.value // 1000), "negative_frequency")
+            for d, t in zip(anomalous.device_id, anomalous.event_time, strict=False)
+        )
+
+    def sent() -> list[str]:
+        return [value["alert_id"] for _, value in consume_all(settings.kafka_bootstrap_servers, settings.alerts_topic)]
+
+    micro_batch = settings.replace(alerts_trigger="availableNow")
+    realtime = settings.replace(alerts_trigger="realtime:5 seconds")
+    produce(seed=51, minutes=0)
+    finish(alerts.start_alerts(spark, micro_batch), micro_batch)  # the hourly job
+    first = len(sent())
+    assert first == len(expected) > 10
+
+    produce(seed=52, minutes=30)  # then the always-on job: a new real-time checkpoint
+    end = topic_end_offsets(settings.kafka_bootstrap_servers, settings.events_topic)
+    stop_when_caught_up(alerts.start_alerts(spark, realtime, wait=False), {settings.events_topic: end})
+    assert len(sent()) > first and sorted(sent()) == sorted(expected), "real-time: only the new events' alerts"
+
+    produce(seed=53, minutes=60)  # and back to the hourly job: its own checkpoint is behind, set aside
+    finish(alerts.start_alerts(spark, micro_batch), micro_batch)
+    assert sorted(sent()) == sorted(expected), "micro-batch again: only the newest events' alerts, none twice"
+    checkpoints = Path(settings.checkpoint_path("alerts")).parent
+    assert [p.name for p in checkpoints.glob("alerts.superseded-*")], "the superseded checkpoint is kept aside"

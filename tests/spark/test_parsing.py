@@ -111,6 +111,34 @@ def test_the_future_bound_is_inclusive_to_the_microsecond(spark):
     assert reasons == {0: None, 1: "event_time more than 5 minutes in the future"}
 
 
+def test_a_record_without_a_usable_kafka_timestamp_is_bounded_by_the_ingest_clock(spark):
+    """Watermark poisoning: a Kafka timestamp before 1971 (or none) gave no bound, so a far-future event reached
+    bronze and moved every downstream watermark forward. The ingest clock bounds it; a past event still passes."""
+    future = (datetime.now() + timedelta(days=2)).isoformat() + "Z"
+    times = (future, "2026-01-05T11:00:00Z")
+    values = [f'{{"device_id": "a", "sensor_freq": 1.0, "event_time": "{t}"}}' for t in times]
+    stamps = [datetime(1970, 1, 1), None]
+    rows = [(None, v.encode(), "t", 0, i * 2 + j, ts) for i, v in enumerate(values) for j, ts in enumerate(stamps)]
+    df = spark.createDataFrame(
+        rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+    )
+    reasons = {r["offset"]: r["reason"] for r in parse_events(df, Settings()).collect()}
+    ahead = "event_time more than 5 minutes in the future"
+    assert reasons == {0: ahead, 1: ahead, 2: None, 3: None}
+
+
+def test_a_gateway_whose_clock_runs_ahead_in_both_times_is_bounded_by_the_ingest_clock(spark):
+    """Its event time and its Kafka timestamp agree, a day ahead: the Kafka timestamp alone let it through."""
+    ahead = datetime.now() + timedelta(days=1)
+    value = f'{{"device_id": "a", "sensor_freq": 1.0, "event_time": "{ahead.isoformat()}Z"}}'.encode()
+    df = spark.createDataFrame(
+        [(None, value, "t", 0, 0, ahead)],
+        "key binary, value binary, topic string, partition int, offset long, timestamp timestamp",
+    )
+    (row,) = parse_events(df, Settings()).collect()
+    assert row["reason"] == "event_time more than 5 minutes in the future" and row["event_time"] is None
+
+
 def test_keeping_only_the_valid_events_parses_each_record_once(spark, parsed):
     """The alert query keeps the valid events by their reason. Spark 4.1 pushes such a filter below the projections it
     names and writes the parse out in it again (SPARK-47672): that plan held the JSON parse 436 times and cost ~0.8 s

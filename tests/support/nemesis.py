@@ -275,6 +275,7 @@ class Driver:
     def __init__(self, params: dict, point: str | None, log: Callable[[str], None]):
         args = [sys.executable, str(DRIVER), json.dumps(params)] + ([point] if point else [])
         self.point, self.log, self.lines, self.writes = point, log, [], 0
+        self.started = time.monotonic()
         self.proc = subprocess.Popen(
             args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
         )
@@ -435,7 +436,7 @@ class Nemesis:
         assert f"reached {action.arg}" in driver.lines, f"the run died before {action.arg}:\n{driver.errors()}"
         self.driver = None
         self.reached.append(action.arg)
-        return f"killed at the point ({driver.writes} writes)"
+        return f"killed at the point ({driver.writes} writes, {time.monotonic() - driver.started:.0f} s into the run)"
 
     def _moment(self, action: Action) -> str:
         driver = self._running()

@@ -18,14 +18,17 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import os
+import time
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sensorcep.io.kafka import read_kafka, sink_options
+from sensorcep.io.kafka import read_kafka, sink_options, topic_partitions
 from sensorcep.io.lake import Tables
-from sensorcep.pipeline import queries, sampling
+from sensorcep.pipeline import checkpoint_log, queries, sampling
 from sensorcep.pipeline.ingest import valid_events
 from sensorcep.pipeline.streaming import finish, launch, stop_when_caught_up
 from sensorcep.rules import catalog, evaluate
@@ -108,10 +111,14 @@ def start_alerts(spark: SparkSession, settings: Settings, *, wait: bool = True, 
 
     Events topic -> 01's parser, valid events only -> the rules in force -> alerts topic, through Spark's Kafka sink.
     The rules are compiled into the query when it starts; the always-on job restarts it when ``alert_rules`` changes.
+    A switch between real-time and micro-batch alerts starts where the other mode's checkpoint ended
+    (:func:`starting_offsets`): no alert is sent twice.
     """
 
     if events is None:
-        raw = read_kafka(spark, settings, settings.events_topic, realtime=is_realtime(settings.alerts_trigger))
+        realtime = is_realtime(settings.alerts_trigger)
+        starting = starting_offsets(spark, settings, realtime=realtime)
+        raw = read_kafka(spark, settings, settings.events_topic, starting_offsets=starting, realtime=realtime)
         events = valid_events(raw, settings)
     return launch(
         compiled_alerts(spark, settings, events).select(*kafka_columns()),
@@ -120,6 +127,32 @@ def start_alerts(spark: SparkSession, settings: Settings, *, wait: bool = True, 
         wait=wait,
         sink=("kafka", sink_options(settings, settings.alerts_topic)),
     )
+
+
+def starting_offsets(spark: SparkSession, settings: Settings, *, realtime: bool) -> str:
+    """Where the alert query starts reading when the other mode's checkpoint got further than its own.
+
+    A real-time run and a micro-batch run keep separate checkpoints (``alerts-realtime`` and ``alerts``: runtimes refuse
+    one mode's checkpoint in the other), and the hourly and always-on jobs use one each. A new checkpoint would start
+    at ``earliest`` and re-send an alert for every rule-firing event the topic still holds; an old one would re-send
+    what the other mode sent since. So when the other checkpoint committed past this one's last commit, this one is
+    superseded: it is set aside (renamed ``<checkpoint>.superseded-<time>``, kept for inspection) and the query starts
+    at the other's committed end offsets (a partition it never read: at the earliest record). Otherwise ``earliest``,
+    which Spark ignores when the checkpoint exists. The jobs run one alert mode at a time (the bundle's rule).
+    """
+    own = settings.checkpoint_path(QUERY, realtime=realtime)
+    other = checkpoint_log.committed_offsets(spark, settings.checkpoint_path(QUERY, realtime=not realtime))
+    if other is None or settings.events_topic not in other:  # nothing read, or another topic's
+        return "earliest"
+    if not checkpoint_log.is_ahead(other, checkpoint_log.committed_offsets(spark, own)):
+        return "earliest"
+    if os.path.isdir(own):
+        aside = f"{own.rstrip('/')}.superseded-{time.strftime('%Y%m%dT%H%M%S')}"
+        os.replace(own, aside)
+        log.warning("alert checkpoint %s is behind the other mode's: set aside as %s", own, aside)
+    offsets = other.get(settings.events_topic, {})
+    partitions = {str(p) for p in topic_partitions(settings, settings.events_topic, spark=spark)} | set(offsets)
+    return json.dumps({settings.events_topic: {p: offsets.get(p, -2) for p in sorted(partitions, key=int)}})
 
 
 def read_alerts(spark: SparkSession, settings: Settings) -> DataFrame:

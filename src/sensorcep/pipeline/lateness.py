@@ -12,7 +12,6 @@ Spark itself used for the batch, also when the batch is replayed after a crash.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
@@ -20,7 +19,7 @@ from pyspark.sql import functions as F
 
 from sensorcep.io import delta
 from sensorcep.io.lake import Tables
-from sensorcep.pipeline import parsing
+from sensorcep.pipeline import checkpoint_log, parsing
 from sensorcep.pipeline.streaming import writer_id
 from sensorcep.settings import Settings
 
@@ -135,10 +134,4 @@ def late_watermark_ms(spark: SparkSession, settings: Settings, query: str, batch
     """The watermark of Spark's late-row filter in ``batch_id``: the previous batch's (0 for the first batch)."""
     if batch_id == 0:
         return 0
-    path = f"{settings.checkpoint_path(query)}/offsets/{batch_id - 1}"
-    try:
-        with open(path) as handle:  # local paths and Unity Catalog volumes (/Volumes/...)
-            lines = handle.read().splitlines()
-    except OSError:  # other file systems: through Spark
-        lines = [row[0] for row in spark.read.text(path).collect()]
-    return int(json.loads(lines[1]).get("batchWatermarkMs", 0))
+    return checkpoint_log.watermark_ms(spark, settings.checkpoint_path(query), batch_id - 1)

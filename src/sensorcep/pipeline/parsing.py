@@ -24,23 +24,40 @@ NUMBER_PREFIXES = ("TINYINT", "SMALLINT", "INT", "BIGINT", "DECIMAL", "DOUBLE", 
 FAST_SCHEMA = "device_id string, sensor_freq double, event_time string, _corrupt string"
 
 
-def _future_limit(settings: Settings):
-    """The latest acceptable event time of a record: its Kafka timestamp + ``max_future``.
+#: the ingest clock's granularity in the future bound: the bound changes once a minute, not with every micro-batch
+CLOCK_STEP_S = 60
 
-    Relative to the record, not the clock: the same record gets the same verdict whenever it is
-    (re)processed, and no per-batch literal (current_timestamp) makes Spark regenerate this code every
-    micro-batch. Records without a timestamp get no bound.
+
+def trusted_clock(kafka_timestamp: Column) -> Column:
+    """The latest time a record can truly have been sent: the earlier of its Kafka timestamp and the ingest clock.
+
+    The Kafka timestamp is the producer's clock (``CreateTime``) unless the topic stamps the broker's append time
+    (``LogAppendTime``); a gateway whose clock runs ahead moves both its event times and its Kafka timestamps ahead,
+    and a record stamped before 1971 (or not at all) has no usable timestamp. The ingest clock bounds both: Spark's
+    ``current_timestamp()``, which in a streaming query is the micro-batch's own timestamp, recorded in the offset
+    log, so a replayed batch gets the same verdict. It is rounded up to the next whole minute (:data:`CLOCK_STEP_S`):
+    the bound is a constant Spark folds into the generated code, and a bound that changed with every micro-batch
+    would make Spark compile the parse again for every micro-batch.
+    """
+    step = CLOCK_STEP_S
+    clock = F.timestamp_seconds((F.floor(F.unix_seconds(F.current_timestamp()) / step) + 1) * step)
+    stamped = F.when(kafka_timestamp > F.lit("1971-01-01").cast("timestamp"), kafka_timestamp)
+    return F.least(stamped, clock)  # least() skips a null: no usable Kafka timestamp, the clock alone
+
+
+def _future_limit(settings: Settings) -> Column:
+    """The latest acceptable event time of a record: :func:`trusted_clock` + ``max_future``.
+
+    Relative to the record where its Kafka timestamp can be trusted: a record re-read later (a reset checkpoint) gets
+    the same verdict unless its timestamp was ahead of the ingest clock when it was first read. A record far ahead of
+    both would move every downstream watermark forward and send the rest of the fleet to ``late_events``.
 
     Added as microseconds, not as an interval: Spark adds a day-time interval through ``java.time`` objects in the
     session's time zone, which showed in a profile of every record's parse; a fixed number of seconds is the same
     instant either way.
     """
     max_future_us = int(settings.max_future_seconds) * 1_000_000
-    kafka_ts = F.col("kafka_timestamp")
-    return F.when(
-        kafka_ts > F.lit("1971-01-01").cast("timestamp"),
-        F.timestamp_micros(F.unix_micros(kafka_ts) + F.lit(max_future_us)),
-    )
+    return F.timestamp_micros(F.unix_micros(trusted_clock(F.col("kafka_timestamp"))) + F.lit(max_future_us))
 
 
 def _may_be_a_number(text: Column) -> Column:
