@@ -11,6 +11,7 @@ from support.profiles import examples
 from support.streams import T0, batch_stream, events, late_rows, oracle_rows, sample_rows, write_batches
 
 from sensorcep.pipeline import sampling
+from sensorcep.pipeline.checkpoint_settings import SettingsChangedError
 
 # ---------------------------------------------------------------------------- the pure rule
 
@@ -84,6 +85,23 @@ def test_restart_after_k_batches_equals_an_uninterrupted_run(spark, settings, tm
     assert 0 < len(after_first_run) < len(sample_rows(settings))
     assert sample_rows(settings) == oracle_rows(reference_samples(BATCHES, 60, 30, 30))
     assert late_rows(settings, "sampling") == late_events(BATCHES, 30_000), "late events once, across the restart"
+
+
+def test_a_restart_with_another_window_is_refused_and_one_with_another_skew_bound_goes_on(spark, settings, tmp_path):
+    """The settings-change table (checkpoint_settings): the window is fixed in the state, so a restart with another is
+    refused before Spark starts, naming both values and the way on; max_future only judges records read from now on,
+    so that restart goes on and the samples still equal the oracle."""
+    folder = tmp_path / "in"
+    write_batches(folder, BATCHES[:3])
+    sampling.start_sampling(spark, settings, events=batch_stream(spark, folder))
+    written = sample_rows(settings)
+    wider = settings.replace(window_duration="2 minutes")
+    with pytest.raises(SettingsChangedError, match=r"window_duration was 60 s .* is 120 s now.*query_suffix"):
+        sampling.start_sampling(spark, wider, events=batch_stream(spark, folder))
+    assert sample_rows(settings) == written, "the refused restart wrote nothing"
+    write_batches(folder, BATCHES[3:], first_index=3)
+    sampling.start_sampling(spark, settings.replace(max_future="1 hour"), events=batch_stream(spark, folder))
+    assert sample_rows(settings) == oracle_rows(reference_samples(BATCHES, 60, 30, 30))
 
 
 batch_lists = st.lists(

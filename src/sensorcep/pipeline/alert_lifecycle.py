@@ -331,6 +331,7 @@ def write_transitions_batch(settings: Settings):
     writes="alert_events, alert_escalations, quarantine_events, escalations topic, late_events",
     pool="alerts",
     reload_when=catalog.fingerprint,
+    fixed_settings="watermark_delay, ack_timeout",
 )
 def start_alert_lifecycle(spark: SparkSession, settings: Settings, *, wait: bool = True):
     """Alerts topic + acks topic -> ``alert_events`` and ``alert_escalations`` (micro-batches, ``trigger``). The rules'

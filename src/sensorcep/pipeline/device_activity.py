@@ -149,7 +149,14 @@ def status_counts(status: DataFrame) -> dict[str, int]:
 QUERY = "device_activity"
 
 
-@queries.declare(QUERY, task="sampling_state", writes="device_status, late_events", pool="sampling", reads_bronze=True)
+@queries.declare(
+    QUERY,
+    task="sampling_state",
+    writes="device_status, late_events",
+    pool="sampling",
+    reads_bronze=True,
+    fixed_settings="watermark_delay, device_timeout",
+)
 def start_device_activity(spark, settings: Settings, *, wait: bool = True, events: DataFrame | None = None):
     """Run (availableNow) or start the device activity query: events (default: ``bronze_events`` as a Delta stream)
     -> ``device_status``."""

@@ -11,7 +11,9 @@ The declaration (:class:`Query`, on the function as ``.query``) holds the query'
 ``stream_progress.query_name``), the always-on task that runs it (the bundle's ``task_key``), which setting gives its
 trigger (``trigger`` or ``alerts_trigger``), its FAIR pool, the tables and topics it writes (checked against
 :data:`sensorcep.settings.TABLES`), whether it reads ``bronze_events`` (then it waits for ingest to create it), and
-what it compiles in when it starts (``reload_when``: the always-on job restarts it when that changes, e.g. the rules).
+what it compiles in when it starts (``reload_when``: the always-on job restarts it when that changes, e.g. the rules),
+and the settings its checkpoint's state is bound to (``fixed_settings``: a restart with another value is refused,
+:mod:`sensorcep.pipeline.checkpoint_settings`).
 
 :mod:`sensorcep.pipeline.registry` lists the pipeline modules once and collects their declarations: starting
 (:func:`sensorcep.pipeline.streaming.launch` takes the declaration itself), the always-on job, the local runner,
@@ -50,6 +52,8 @@ class Query:
     #: fingerprint(spark, settings) of what the query compiles in when it starts (the alert rules): the always-on
     #: job restarts the query, on its checkpoint, when it changes
     reload_when: Callable | None = None
+    #: settings its checkpoint's state is built under: a restart with another value is refused
+    fixed_settings: tuple[str, ...] = ()
 
     def trigger(self, settings: Settings) -> str:
         """The trigger this query runs with under ``settings``."""
@@ -70,11 +74,13 @@ def declare(
     pool: str | None = None,
     reads_bronze: bool = False,
     reload_when: Callable | None = None,
+    fixed_settings: str = "",
 ):
     """Decorator: declare the query ``name`` that the decorated function starts (the function's ``.query``).
 
     ``writes``: the tables (names of :data:`sensorcep.settings.TABLES`) and topics (:data:`TOPICS`) it writes,
-    comma-separated; anything else is refused here, when the module is imported."""
+    comma-separated; anything else is refused here, when the module is imported. ``fixed_settings``: the
+    :class:`Settings` fields its checkpoint is bound to, comma-separated."""
     if trigger_setting not in ("trigger", "alerts_trigger"):
         raise ValueError(f"query {name}: trigger_setting must be trigger or alerts_trigger, not {trigger_setting!r}")
     if task not in TASK_ORDER:
@@ -87,8 +93,13 @@ def declare(
             f"nor one of {', '.join(TOPICS)}"
         )
 
+    fixed = tuple(f.strip() for f in fixed_settings.split(",") if f.strip())
+    not_settings = [f for f in fixed if f not in Settings.__dataclass_fields__]
+    if not_settings:
+        raise ValueError(f"query {name}: fixed_settings names {', '.join(map(repr, not_settings))}, not settings")
+
     def register(start: Callable) -> Callable:
-        start.query = Query(name, start, task, written, trigger_setting, pool, reads_bronze, reload_when)
+        start.query = Query(name, start, task, written, trigger_setting, pool, reads_bronze, reload_when, fixed)
         return start
 
     return register

@@ -270,7 +270,14 @@ def to_sample_rows(processor_output: DataFrame) -> DataFrame:
 QUERY = "sampling"
 
 
-@queries.declare(QUERY, task="sampling_state", writes="sensor_samples, late_events", pool="sampling", reads_bronze=True)
+@queries.declare(
+    QUERY,
+    task="sampling_state",
+    writes="sensor_samples, late_events",
+    pool="sampling",
+    reads_bronze=True,
+    fixed_settings="window_duration, slide_duration, watermark_delay, sample_scope",
+)
 def start_sampling(spark, settings: Settings, *, wait: bool = True, events: DataFrame | None = None):
     """Run (availableNow) or start the sampling query: events -> ``sensor_samples`` (idempotent per batch).
 

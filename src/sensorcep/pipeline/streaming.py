@@ -25,6 +25,7 @@ from sensorcep.errors import SensorCepError
 from sensorcep.io.lake import Tables
 from sensorcep.observability.monitoring import ensure_progress_listener, flush_progress
 from sensorcep.observability.progress import offsets_behind
+from sensorcep.pipeline import checkpoint_settings
 from sensorcep.pipeline.queries import Query
 from sensorcep.runtime import classic_context, session_key, set_trigger
 from sensorcep.settings import Settings, parse_trigger, trigger_runs_to_end
@@ -291,6 +292,7 @@ def launch(df: DataFrame, settings: Settings, declared: Query, *, wait: bool, **
     """Start the declared query (its start function's ``.query``, :mod:`sensorcep.pipeline.queries`) with its trigger
     setting and its pool; ``wait``: run it to the end of its input (:func:`run_available_now`), else return it
     running."""
+    checkpoint_settings.check(settings, declared.name, declared.fixed_settings)
     create_tables(df.sparkSession, settings, declared.tables)
     kwargs.setdefault("trigger", declared.trigger(settings))
     if declared.pool:
