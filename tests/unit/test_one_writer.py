@@ -1,45 +1,69 @@
-"""One writer per checkpoint, locally: a second run of a query while the first still runs fails at once, naming it."""
+"""One writer per checkpoint and per query and tables, locally: a second run of a query while the first still runs
+fails at once, naming it, also through another checkpoint (another query_suffix) over the same tables."""
 
 import subprocess
 import sys
 
 import pytest
 
-from sensorcep.pipeline import streaming
+from sensorcep.pipeline import claims
 from sensorcep.settings import Settings
 
 HOLDER = """
 import sys
-from sensorcep.pipeline.streaming import claim_checkpoint
+from sensorcep.pipeline.claims import claim_checkpoint
 from sensorcep.settings import Settings
-claim_checkpoint(Settings(base_path=sys.argv[1]), "ingest")
+claim_checkpoint(Settings(base_path=sys.argv[1], query_suffix=sys.argv[2]), "ingest")
 print("claimed", flush=True)
 sys.stdin.read()  # holds the claim until the test closes its stdin
 """
 
 
-def test_a_second_writer_of_a_running_querys_checkpoint_fails_naming_the_first(tmp_path):
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+def _holder(tmp_path, suffix: str = "") -> subprocess.Popen:
+    """Another process running ingest (its claims held until its stdin closes)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path), suffix], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
+
+
+def test_a_second_writer_of_a_running_querys_checkpoint_fails_naming_the_first(tmp_path):
+    holder = _holder(tmp_path)
     try:
         assert holder.stdout.readline().strip() == "claimed"
-        with pytest.raises(streaming.ConcurrentWriterError, match=rf"ingest is already running: process {holder.pid} "):
-            streaming.claim_checkpoint(Settings(base_path=str(tmp_path)), "ingest")
+        with pytest.raises(claims.ConcurrentWriterError, match=rf"ingest is already running: process {holder.pid} "):
+            claims.claim_checkpoint(Settings(base_path=str(tmp_path)), "ingest")
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
-    claim = streaming.claim_checkpoint(Settings(base_path=str(tmp_path)), "ingest")  # the first run ended: free
+    claim = claims.claim_checkpoint(Settings(base_path=str(tmp_path)), "ingest")  # the first run ended: free
     claim.release()
 
 
-def test_another_query_or_another_suffix_is_another_checkpoint(tmp_path):
-    settings = Settings(base_path=str(tmp_path))
-    first = streaming.claim_checkpoint(settings, "ingest")
+def test_a_second_writer_through_another_checkpoint_of_the_same_tables_fails_naming_the_first(tmp_path):
+    holder = _holder(tmp_path, suffix="_hourly")  # e.g. the hourly job's run beside the always-on one
     try:
-        streaming.claim_checkpoint(settings, "sampling").release()
-        streaming.claim_checkpoint(settings.replace(query_suffix="_b"), "ingest").release()
-        with pytest.raises(streaming.ConcurrentWriterError, match="already running in this process"):
-            streaming.claim_checkpoint(settings, "ingest")
+        assert holder.stdout.readline().strip() == "claimed"
+        with pytest.raises(
+            claims.ConcurrentWriterError,
+            match=rf"query ingest would write the tables process {holder.pid} .* query ingest_hourly on checkpoint",
+        ):
+            claims.claim_checkpoint(Settings(base_path=str(tmp_path)), "ingest")
+        assert not claims._claims, "the refused run holds nothing, not even its own checkpoint"
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    claims.claim_checkpoint(Settings(base_path=str(tmp_path)), "ingest").release()  # the first run ended: free
+
+
+def test_another_query_or_other_tables_are_another_writer(tmp_path):
+    settings = Settings(base_path=str(tmp_path))
+    first = claims.claim_checkpoint(settings, "ingest")
+    try:
+        claims.claim_checkpoint(settings, "sampling").release()
+        claims.claim_checkpoint(settings.replace(query_suffix="_b", schema="other"), "ingest").release()
+        with pytest.raises(claims.ConcurrentWriterError, match="already running in this process"):
+            claims.claim_checkpoint(settings, "ingest")
+        with pytest.raises(claims.ConcurrentWriterError, match="would write the tables"):
+            claims.claim_checkpoint(settings.replace(query_suffix="_b"), "ingest")
     finally:
         first.release()

@@ -7,16 +7,13 @@ Spark's own: everything the sources hold at start, in ``maxOffsetsPerTrigger``-s
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -26,6 +23,7 @@ from sensorcep.io.lake import Tables
 from sensorcep.observability.monitoring import ensure_progress_listener, flush_progress
 from sensorcep.observability.progress import offsets_behind
 from sensorcep.pipeline import checkpoint_settings
+from sensorcep.pipeline.claims import claim_checkpoint, release_checkpoints
 from sensorcep.pipeline.queries import Query
 from sensorcep.runtime import classic_context, session_key, set_trigger
 from sensorcep.settings import Settings, parse_trigger, trigger_runs_to_end
@@ -148,76 +146,6 @@ def explain_failure(query: StreamingQuery, error: BaseException) -> BaseExceptio
         f"accept_data_loss=true (stream_progress.kafka_records_skipped counts them); to keep everything, restore the "
         f"records first."
     )
-
-
-class ConcurrentWriterError(SensorCepError, RuntimeError):
-    """A query was started on a checkpoint another running query writes: one writer per checkpoint."""
-
-
-@dataclass
-class CheckpointClaim:
-    """This process's claim on a checkpoint (an exclusive ``flock`` on ``<checkpoint>.lock``), held while its query
-    runs. The operating system drops it when the process ends, however it ends (kill -9 included)."""
-
-    path: str
-    handle: object
-    query: StreamingQuery | None = None
-
-    def release(self) -> None:
-        _claims.pop(self.path, None)
-        try:
-            fcntl.flock(self.handle, fcntl.LOCK_UN)
-        finally:
-            self.handle.close()
-
-
-_claims: dict[str, CheckpointClaim] = {}
-
-
-def claim_checkpoint(settings: Settings, query: str, *, realtime: bool = False) -> CheckpointClaim:
-    """Claim the query's checkpoint for this process, or raise :class:`ConcurrentWriterError` naming the process that
-    runs it. Two writers on one checkpoint corrupt it (Databricks and Spark both say: never share a checkpoint).
-
-    Locks work where the checkpoint is a local or FUSE-mounted folder (the laptop, ``/Volumes``); elsewhere the
-    claim is a no-op and the deployment's rule (one job per checkpoint, see the bundle) is the only guard.
-    """
-    release_checkpoints()
-    checkpoint = settings.checkpoint_path(query, realtime=realtime)
-    path = checkpoint.rstrip("/") + ".lock"
-    held = _claims.get(path)
-    if held is not None:  # this process: a query of this checkpoint still runs
-        raise ConcurrentWriterError(
-            f"query {settings.query_name(query)} is already running in this process; stop it before starting it "
-            "again (one writer per checkpoint)"
-        )
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        handle = open(path, "a+")  # noqa: SIM115 - held open for as long as the query runs
-    except OSError:
-        return CheckpointClaim(path, open(os.devnull))  # noqa: SIM115 - not a local folder: nothing to lock
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        raise ConcurrentWriterError(
-            f"query {settings.query_name(query)} is already running: {holder} writes its checkpoint "
-            f"{checkpoint}; stop that run first (one writer per checkpoint)"
-        ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"process {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}")
-    handle.flush()
-    claim = _claims[path] = CheckpointClaim(path, handle)
-    return claim
-
-
-def release_checkpoints() -> None:
-    """Release this process's claims whose query has stopped."""
-    for claim in list(_claims.values()):
-        if claim.query is not None and not claim.query.isActive:
-            claim.release()
 
 
 def checkpoint_exists(settings: Settings, query: str) -> bool:

@@ -1,0 +1,131 @@
+"""One writer per checkpoint, and one writer per query and tables: exclusive locks a running query holds.
+
+* The **checkpoint claim** (``<checkpoint>.lock``): two runs on one checkpoint corrupt it (Databricks and Spark both
+  say: never share a checkpoint).
+* The **writer claim** (``<base_path>/writers/<tables>/<query>.lock``, one per project query whatever its
+  ``query_suffix``): a second run of a query through another checkpoint (another suffix, or the hourly job beside
+  the always-on one on one machine) would write the same tables again from its own start, doubling what the first
+  wrote. ``<tables>`` names where the tables live (``<catalog>.<schema>`` with ``tables=catalog``, ``paths``
+  otherwise), so a run against another schema is another writer.
+
+Both are ``flock`` locks, held while the query runs and dropped by the operating system when the process ends, however
+it ends (kill -9 included). They hold where the folders are local or FUSE-mounted on one machine (the laptop, a
+single-node cluster). A lock on a ``/Volumes`` FUSE mount is not known to hold across clusters, so on Databricks the
+guard is the deployment's: each set of tables is written by one job (``tests/unit/test_bundle.py``: no target unpauses
+both the hourly and the always-on job; a continuous job runs one run at a time, the hourly job one at most), and the
+prod target grants MODIFY on the schema to the jobs' service principal (docs/deploy-checklist.md). A lease written to a Delta table would hold across
+clusters, but needs each running query to renew it every minute (a Delta commit per query per minute at idle, the
+fixed cost the job is being rid of) and a clock every cluster agrees on; see docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+
+from pyspark.sql.streaming import StreamingQuery
+
+from sensorcep.errors import SensorCepError
+from sensorcep.settings import Settings
+
+
+class ConcurrentWriterError(SensorCepError, RuntimeError):
+    """A query was started while another run writes its checkpoint or, through another checkpoint, its tables."""
+
+
+@dataclass
+class CheckpointClaim:
+    """This process's claims for one running query: its checkpoint's lock and its writer lock (open files holding an
+    exclusive ``flock``)."""
+
+    path: str
+    handle: object
+    query: StreamingQuery | None = None
+    others: list = field(default_factory=list)  # further locked files, released with it
+
+    def release(self) -> None:
+        _claims.pop(self.path, None)
+        for handle in [self.handle, *self.others]:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+            finally:
+                handle.close()
+
+
+_claims: dict[str, CheckpointClaim] = {}
+
+
+def writer_lock_path(settings: Settings, query: str) -> str:
+    """The writer lock of the project query ``query`` (no suffix) over the tables ``settings`` names."""
+    tables = f"{settings.catalog or 'spark_catalog'}.{settings.schema}" if settings.tables == "catalog" else "paths"
+    return f"{settings.base_path.rstrip('/')}/writers/{tables}/{query}.lock"
+
+
+def _stamp() -> str:
+    return f"process {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+
+
+def _lock(path: str, holder: str):
+    """The locked open file; None where no lock can be taken (not a local folder); the holder's text when another
+    holds it (``str``)."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        handle = open(path, "a+")  # noqa: SIM115 - held open for as long as the query runs
+    except OSError:
+        return None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        said = handle.read().strip() or "another process"
+        handle.close()
+        return said
+    handle.seek(0)
+    handle.truncate()
+    handle.write(holder)
+    handle.flush()
+    return handle
+
+
+def claim_checkpoint(settings: Settings, query: str, *, realtime: bool = False) -> CheckpointClaim:
+    """Claim the query's checkpoint and its writer lock for this process, or raise :class:`ConcurrentWriterError`
+    naming the run that holds either. Where the folders are not local, the claim is a no-op (see the module)."""
+    release_checkpoints()
+    checkpoint = settings.checkpoint_path(query, realtime=realtime)
+    path = checkpoint.rstrip("/") + ".lock"
+    name = settings.query_name(query)
+    if _claims.get(path) is not None:  # this process: a query of this checkpoint still runs
+        raise ConcurrentWriterError(
+            f"query {name} is already running in this process; stop it before starting it again (one writer per "
+            "checkpoint)"
+        )
+    handle = _lock(path, _stamp())
+    if handle is None:
+        return CheckpointClaim(path, open(os.devnull))  # noqa: SIM115 - not a local folder: nothing to lock
+    if isinstance(handle, str):
+        raise ConcurrentWriterError(
+            f"query {name} is already running: {handle} writes its checkpoint {checkpoint}; stop that run first "
+            "(one writer per checkpoint)"
+        )
+    claim = CheckpointClaim(path, handle)
+    writer = _lock(writer_lock_path(settings, query), f"{_stamp()}, query {name} on checkpoint {checkpoint}")
+    if isinstance(writer, str):
+        claim.release()
+        raise ConcurrentWriterError(
+            f"query {name} would write the tables {writer} writes (through another checkpoint, so both would write "
+            f"everything): stop that run first, or give this one its own tables (another schema or base_path)"
+        )
+    if writer is not None:
+        claim.others.append(writer)
+    _claims[path] = claim
+    return claim
+
+
+def release_checkpoints() -> None:
+    """Release this process's claims whose query has stopped."""
+    for claim in list(_claims.values()):
+        if claim.query is not None and not claim.query.isActive:
+            claim.release()
