@@ -6,6 +6,7 @@ way `bundle deploy` does, for the points that can be checked without a workspace
 """
 
 import ast
+import dataclasses
 import inspect
 import json
 import re
@@ -19,7 +20,7 @@ from databricks.bundles.volumes import Volume
 
 from sensorcep.local import jobs
 from sensorcep.pipeline import registry
-from sensorcep.settings import PROJECT_ROOT, parameter_names
+from sensorcep.settings import PROJECT_ROOT, Settings, parameter_names
 
 ROOT_YAML = yaml.safe_load((PROJECT_ROOT / "databricks.yml").read_text())
 
@@ -213,6 +214,27 @@ def test_every_variable_used_is_declared_and_a_setting_or_a_deployment_knob():
         "prod_permissions",
     }
     assert used - deployment <= set(parameter_names())
+
+
+#: bundle variables that are settings but deliberately differ from the laptop's default, and why
+DEPLOYED_DIFFERENTLY = {
+    "kafka_secret_scope": "the workspace reads SASL credentials from a secret scope; the laptop's broker has none",
+    "tuning_preset": "04 on a cluster runs the full matrix; the laptop's default is the quick one",
+    "kafka_bootstrap_servers": "required: no placeholder broker (bundle validate names it)",
+    "catalog": "required: newer workspaces have no `main` catalog",
+}
+
+
+def test_the_bundle_restates_no_settings_default_it_does_not_mean_to_change():
+    """A variable that is a setting carries the setting's own default, or is listed above with the reason it differs:
+    the two cannot drift apart silently."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Settings)}
+    differ = {
+        name: (spec.get("default"), defaults[name])
+        for name, spec in ROOT_YAML["variables"].items()
+        if name in defaults and str(spec.get("default")) != str(defaults[name])
+    }
+    assert set(differ) == set(DEPLOYED_DIFFERENTLY), differ
 
 
 @pytest.mark.parametrize("task", jobs.tasks() + jobs.tasks(jobs.TUNING_JOB_KEY), ids=lambda t: t.key)
