@@ -28,9 +28,9 @@ from pyspark.sql import functions as F
 
 from sensorcep.io.kafka import read_kafka, sink_options, topic_partitions
 from sensorcep.io.lake import Tables
-from sensorcep.pipeline import checkpoint_log, queries, sampling
+from sensorcep.pipeline import checkpoint_log, queries
 from sensorcep.pipeline.ingest import valid_events
-from sensorcep.pipeline.streaming import finish, launch, stop_when_caught_up
+from sensorcep.pipeline.streaming import launch
 from sensorcep.rules import catalog, evaluate
 from sensorcep.rules.catalog import VersionedRule
 from sensorcep.settings import Settings, is_realtime
@@ -196,44 +196,6 @@ def start_anomalies(spark: SparkSession, settings: Settings, *, wait: bool = Tru
 def run_alert_path(spark: SparkSession, settings: Settings):
     """Alerts, then their record in ``anomalies`` (availableNow: both to the end of their topics)."""
     return start_alerts(spark, settings), start_anomalies(spark, settings)
-
-
-#: checkpoint interval of a real-time alert query in a bounded run (the shortest real-time mode accepts)
-BOUNDED_REALTIME_INTERVAL = "5 seconds"
-
-
-def start_side_by_side(spark: SparkSession, settings: Settings):
-    """Start the alert query (pool ``alerts``, ``alerts_trigger``) and the sampling query (pool ``sampling``) in one
-    application, neither waited for: they share the cores by FAIR pool weight (``scheduler_pools``).
-
-    In a bounded run (``trigger`` availableNow) a real-time alert query checkpoints every
-    :data:`BOUNDED_REALTIME_INTERVAL`: it reports progress only at checkpoints, and :func:`finish_side_by_side`
-    stops it as soon as a report shows it has caught up (not after the 5-minute default interval).
-    """
-
-    alert_settings = settings
-    if is_realtime(settings.alerts_trigger) and settings.runs_to_end:
-        alert_settings = settings.replace(alerts_trigger=f"realtime:{BOUNDED_REALTIME_INTERVAL}")
-    return start_alerts(spark, alert_settings, wait=False), sampling.start_sampling(spark, settings, wait=False)
-
-
-def finish_side_by_side(alerts_query, sampling_query, settings: Settings):
-    """Wait for what :func:`start_side_by_side` started, as its triggers say.
-
-    availableNow queries run to the end of their sources. A real-time alert query (which never ends by itself) is
-    stopped, once the sampling query is done, at its first progress report that shows it at the end of the events
-    topic. Queries with interval triggers keep running and are returned running.
-    """
-
-    sampling_query = finish(sampling_query, settings)
-    if is_realtime(settings.alerts_trigger) and settings.runs_to_end:
-        stop_when_caught_up(alerts_query)
-    return finish(alerts_query, settings, settings.alerts_trigger), sampling_query
-
-
-def run_side_by_side(spark: SparkSession, settings: Settings):
-    """:func:`start_side_by_side`, then :func:`finish_side_by_side`."""
-    return finish_side_by_side(*start_side_by_side(spark, settings), settings)
 
 
 def alert_latency(spark: SparkSession, settings: Settings, since=None):

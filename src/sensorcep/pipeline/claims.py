@@ -13,9 +13,10 @@ it ends (kill -9 included). They hold where the folders are local or FUSE-mounte
 single-node cluster). A lock on a ``/Volumes`` FUSE mount is not known to hold across clusters, so on Databricks the
 guard is the deployment's: each set of tables is written by one job (``tests/unit/test_bundle.py``: no target unpauses
 both the hourly and the always-on job; a continuous job runs one run at a time, the hourly job one at most), and the
-prod target grants MODIFY on the schema to the jobs' service principal (docs/deploy-checklist.md). A lease written to a Delta table would hold across
-clusters, but needs each running query to renew it every minute (a Delta commit per query per minute at idle, the
-fixed cost the job is being rid of) and a clock every cluster agrees on; see docs/reliability.md.
+prod target grants MODIFY on the schema to the jobs' service principal (docs/deploy-checklist.md). A lease written to
+a Delta table would hold across clusters, but needs each running query to renew it every minute (a Delta commit per
+query per minute at idle, the fixed cost the job is being rid of) and a clock every cluster agrees on; see
+docs/reliability.md.
 """
 
 from __future__ import annotations
