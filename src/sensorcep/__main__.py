@@ -1,8 +1,9 @@
-"""Command line: ``python -m sensorcep jars|broker|simulate|run|summary|rules|backtest|docs``."""
+"""Command line: ``python -m sensorcep jars|broker|simulate|run|summary|rules|routes|backtest|docs``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -15,6 +16,8 @@ from sensorcep.local.jobs import ALWAYS_ON_JOB_KEY, JOB_KEY, run, run_always_on
 from sensorcep.local.summary import print_summary
 from sensorcep.observability.monitoring import stop_session
 from sensorcep.pipeline.backtest import backtest
+from sensorcep.routes import planning
+from sensorcep.routes.model import load_routes
 from sensorcep.rules import catalog
 from sensorcep.rules.model import load_rules
 from sensorcep.runtime import get_spark
@@ -122,6 +125,38 @@ def cmd_rules(args) -> None:
         print(f"  {row['rule_id']:<28} v{row['rule_version']:<3} {state} {row['rule']}")
 
 
+def cmd_routes(args) -> None:
+    routes = load_routes(args.file)
+    if args.action == "check":
+        print(f"✔ {args.file or 'the packaged routes'}: {len(routes.receivers)} receiver(s), {len(routes.inhibit)} "
+              "inhibit rule(s)")  # fmt: skip
+        for receiver in routes.receivers:
+            print(f"  receiver {receiver.name:<24} {receiver.kind}")
+        return
+    if not args.alerts:
+        raise SystemExit("routes test needs --alerts sample.json (a list of incidents' labels)")
+    severity = {rule.id: rule.level for rule in load_rules(env_settings().rules_file)}
+    incidents = []
+    for index, labels in enumerate(json.loads(Path(args.alerts).read_text())):
+        labels = {k: str(v) for k, v in labels.items() if v is not None}
+        labels.setdefault("severity", severity.get(labels.get("rule_id", ""), "warning"))
+        incidents.append(planning.Incident(labels.pop("incident_id", f"incident-{index + 1}"), labels))
+    silences = [
+        planning.Silence(s["id"], s["matchers"], datetime.fromisoformat(s["starts"]), datetime.fromisoformat(s["ends"]),
+                         s.get("author", "?"), s.get("comment", ""))
+        for s in (json.loads(Path(args.silences).read_text()) if args.silences else [])
+    ]  # fmt: skip
+    at = datetime.fromisoformat(args.at) if args.at else None
+    result = planning.plan(routes, incidents, silences, at)
+    print(f"{len(incidents)} incident(s): {len(result.groups)} message(s), {len(result.muted)} muted (nothing sent)")
+    for group in result.groups:
+        print(f"  → {group.title}")
+        for incident in group.incidents:
+            print(f"      {incident.incident_id}: {', '.join(f'{k}={v}' for k, v in sorted(incident.labels.items()))}")
+    for incident, reason in result.muted:
+        print(f"  ✗ {incident.incident_id}: {reason}")
+
+
 def cmd_backtest(args) -> None:
     settings = env_settings()
     result = backtest(get_spark(), settings, load_rules(args.rules), args.start, args.end)
@@ -192,6 +227,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("action", choices=["check", "apply", "show"])
     p.add_argument("--file", help="rules YAML (default: the rules_file setting, else the packaged rule set)")
     p.set_defaults(func=cmd_rules)
+
+    p = sub.add_parser("routes", help="incident routes: check a YAML file; test who would be paged, without sending")
+    p.add_argument("action", choices=["check", "test"])
+    p.add_argument("--file", help="routes YAML (default: the packaged routes)")
+    p.add_argument("--alerts", help="test: a JSON list of incidents' labels (rule_id, device_id, site, ...)")
+    p.add_argument("--silences", help="test: a JSON list of silences (id, matchers, starts, ends, author, comment)")
+    p.add_argument("--at", help="test: the moment to judge silences at (ISO-8601; default now)")
+    p.set_defaults(func=cmd_routes)
 
     p = sub.add_parser("backtest", help="what a candidate rule set would alert on over bronze, against anomalies")
     p.add_argument("--rules", required=True, help="the candidate rules YAML")

@@ -3,8 +3,6 @@ stateless rules, a running always-on task picks up a rule change mid-stream, a b
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 import pytest
 import yaml
@@ -13,7 +11,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from support.oracle import rule_alerts
 from support.profiles import examples
-from support.streams import T0, T0_US, events, topic_end_offsets, topic_records
+from support.streams import T0, T0_US, alerts_on_topic, events, produce_events, topic_end_offsets
 
 from sensorcep.io.lake import Tables
 from sensorcep.local import simulator
@@ -107,27 +105,6 @@ def test_a_site_scope_without_a_devices_table_is_an_error_that_says_what_to_do(s
 
 
 RULE_BASE = {"kind": "threshold", "field": "sensor_freq", "op": "<", "value": 0}
-
-
-def produce_events(bootstrap: str, topic: str, rows: list[tuple[str, float, float]]) -> pd.DataFrame:
-    """Events as the fleet sends them (JSON on Kafka, stamped at their event time); returns them as a frame."""
-    frame = events(*rows)
-    stamps = pd.to_datetime(frame.event_time_us, unit="us", utc=True)
-    values = [
-        json.dumps({"device_id": d, "sensor_freq": f, "event_time": t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}).encode()
-        for d, f, t in zip(frame.device_id, frame.sensor_freq, stamps, strict=True)
-    ]
-    records = pd.DataFrame({"key": [d.encode() for d in frame.device_id], "value": values})
-    simulator.produce_records(records.assign(timestamp_ms=(frame.event_time_us // 1000).tolist()), bootstrap, topic)
-    return frame
-
-
-def alerts_on_topic(settings) -> set[tuple]:
-    found = set()
-    for _, _, _, value in topic_records(settings.kafka_bootstrap_servers, settings.alerts_topic):
-        alert = json.loads(value)
-        found.add((alert["alert_id"], alert["rule_id"], alert["rule_version"]))
-    return found
 
 
 def with_version(fired: set[tuple], versions: dict[str, int]) -> set[tuple]:

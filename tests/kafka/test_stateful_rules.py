@@ -15,7 +15,17 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from support.oracle import accepted_events, ew_baseline, late_events, stateful_rule_alerts, watermarks
 from support.profiles import examples
-from support.streams import T0, T0_US, batch_stream, events, late_rows, topic_records, write_batches
+from support.streams import (
+    T0,
+    T0_US,
+    alerts_on_topic,
+    batch_stream,
+    events,
+    late_rows,
+    produce_events,
+    topic_records,
+    write_batches,
+)
 
 from sensorcep.io.lake import Tables
 from sensorcep.local import simulator
@@ -194,8 +204,6 @@ def test_the_live_query_reads_bronze_and_its_alerts_reach_the_topic_and_anomalie
 def test_a_running_stateful_rules_query_picks_up_a_rule_change_mid_stream(spark, settings):
     """Events the watermark released before the change are judged by the old version, the ones it releases after the
     change by the new (a changed rule starts afresh: its memory is kept per version)."""
-    from test_rule_alerts import alerts_on_topic, produce_events
-
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic])
     settings = settings.replace(trigger="1 second")
     jump = {"id": "jump", "kind": "rate", "field": "sensor_freq", "op": ">", "value": 2.0}
@@ -225,3 +233,27 @@ def test_a_running_stateful_rules_query_picks_up_a_rule_change_mid_stream(spark,
         (alerts.alert_id("d1", T0_US + 210_000_000, "jump"), "jump", 2),
     }
     assert alerts_on_topic(settings) == want
+
+
+def test_a_backtest_of_the_rules_in_force_judges_only_the_events_the_live_query_took(spark, settings):
+    """An event too late for the live stateful query's watermark is in late_events and fired nothing live; the backtest
+    of the rules in force must not judge it either (it used to add an alert the live run never fired)."""
+    create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic])
+    low = {"id": "low", "kind": "count", "field": "sensor_freq", "op": "<", "value": 0.0, "at_least": 1}
+    rules = parse_rules({"rules": [{**low, "within": "1 minute"}]})
+    catalog.apply_rules(spark, settings, rules)
+    settings = settings.replace(alerts_trigger="availableNow")
+
+    def deliver(rows):  # the fleet sends, ingest lands them in bronze, the stateful query judges them
+        produce_events(settings.kafka_bootstrap_servers, settings.events_topic, rows)
+        ingest.start_ingest(spark, settings)
+        stateful_rules.start_stateful_rules(spark, settings)
+
+    deliver([("d1", 5.0, 0), ("d1", -1.0, 50), ("d1", 5.0, 100)])  # the watermark moves to 70 s
+    deliver([("d1", -2.0, 20), ("d1", 5.0, 130)])  # at 20 s: too late for it
+    alerts.start_anomalies(spark, settings)
+
+    assert [(d, t) for d, _, t, _ in late_rows(settings, "stateful_rules")] == [("d1", T0_US + 20_000_000)]
+    assert {rule for _, rule, _ in alerts_on_topic(settings)} == {"low"} and len(alerts_on_topic(settings)) == 1
+    result = backtest(spark, settings, rules)
+    assert result.totals == {"live": 1, "candidate": 1, "added": 0, "dropped": 0, "kept": 1}, result

@@ -175,7 +175,10 @@ def stateful_rule_alerts(events: pd.DataFrame, rules: list[dict], watermark_ms: 
             elif rule["kind"] == "baseline":
                 for i, (t, x) in enumerate(zip(times, values, strict=True)):
                     mean, spread = ew_baseline(values[:i], rule["span"])
-                    if i >= rule.get("min_events", 20) and spread > 0 and abs(x - mean) > rule["k"] * spread:
+                    floor = rule.get("min_spread") or 0.0
+                    # pandas' weighted mean of a constant run may miss the constant by rounding: that is no departure
+                    departure = abs(x - mean) if abs(x - mean) > 1e-9 * (1 + abs(mean)) else 0.0
+                    if i >= rule.get("min_events", 20) and departure > rule["k"] * max(spread, floor):
                         alert(device, t, rule)
             elif rule["kind"] == "absence":
                 within_us = pd.Timedelta(rule["within"]).value // 1000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -180,3 +181,27 @@ def drained(settings):
         )
 
     return done
+
+
+def produce_events(bootstrap: str, topic: str, rows: list[tuple[str, float, float]]) -> pd.DataFrame:
+    """Events as the fleet sends them (JSON on Kafka, stamped at their event time); returns them as a frame."""
+    from sensorcep.local import simulator
+
+    frame = events(*rows)
+    stamps = pd.to_datetime(frame.event_time_us, unit="us", utc=True)
+    values = [
+        json.dumps({"device_id": d, "sensor_freq": f, "event_time": t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}).encode()
+        for d, f, t in zip(frame.device_id, frame.sensor_freq, stamps, strict=True)
+    ]
+    records = pd.DataFrame({"key": [d.encode() for d in frame.device_id], "value": values})
+    simulator.produce_records(records.assign(timestamp_ms=(frame.event_time_us // 1000).tolist()), bootstrap, topic)
+    return frame
+
+
+def alerts_on_topic(settings) -> set[tuple]:
+    """(alert_id, rule_id, rule_version) of every alert on the settings' alerts topic."""
+    found = set()
+    for _, _, _, value in topic_records(settings.kafka_bootstrap_servers, settings.alerts_topic):
+        alert = json.loads(value)
+        found.add((alert["alert_id"], alert["rule_id"], alert["rule_version"]))
+    return found

@@ -13,86 +13,14 @@ import re
 
 import nbformat
 import pytest
-import yaml
 from databricks.bundles.jobs import Job
 from databricks.bundles.schemas import Schema
 from databricks.bundles.volumes import Volume
+from support.bundle import GIVEN, JOB_KEYS, ROOT_YAML, job_yaml, resolved
 
 from sensorcep.local import jobs
 from sensorcep.pipeline import registry
 from sensorcep.settings import PROJECT_ROOT, Settings, parameter_names
-
-ROOT_YAML = yaml.safe_load((PROJECT_ROOT / "databricks.yml").read_text())
-
-
-JOB_KEYS = [jobs.JOB_KEY, jobs.ALWAYS_ON_JOB_KEY, jobs.TUNING_JOB_KEY]
-BUNDLE_DOCS = [yaml.safe_load(p.read_text()) for p in sorted((PROJECT_ROOT / "bundles").glob("*.yml"))]
-
-
-def _job_yaml():
-    found = jobs.load_job()
-    return found["path"], found["job"]
-
-
-def _merge(base, override):
-    """Target overrides merged into resources the way the CLI does: mappings by key, job clusters by their key."""
-    if isinstance(base, dict) and isinstance(override, dict):
-        out = dict(base)
-        for key, value in override.items():
-            out[key] = _merge(base[key], value) if key in base else value
-        return out
-    if (
-        isinstance(base, list)
-        and isinstance(override, list)
-        and all(isinstance(i, dict) and "job_cluster_key" in i for i in base + override)
-    ):
-        by_key = {i["job_cluster_key"]: i for i in base}
-        for item in override:
-            by_key[item["job_cluster_key"]] = _merge(by_key.get(item["job_cluster_key"], {}), item)
-        return list(by_key.values())
-    return override
-
-
-#: what a deployer passes for the variables without a default (--var / BUNDLE_VAR_*)
-GIVEN = {
-    "catalog": "main",
-    "kafka_bootstrap_servers": "b1.kafka.internal:9092",
-    "service_principal_id": "5ff1ec1c-0000-4000-8000-00000000a11e",
-}
-
-
-def _substitute(value, variables: dict):
-    """``${var.x}`` in every string of ``value``: a string that is one reference takes the variable's value as it is
-    (a complex variable's list or mapping), one inside other text its text."""
-    if isinstance(value, dict):
-        return {key: _substitute(item, variables) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_substitute(item, variables) for item in value]
-    if isinstance(value, str):
-        whole = jobs.VAR.fullmatch(value)
-        if whole:
-            return variables[whole.group(1)]
-        return jobs.VAR.sub(lambda m: str(variables[m.group(1)]), value)
-    return value
-
-
-def resolved(target: str, given: dict | None = None) -> dict:
-    """The bundle for ``target``: resources of every file merged with the target's, ``${var.*}`` substituted with
-    the target's variable values and the ``given`` ones (``--var``; default :data:`GIVEN`); ``${resources.*}`` /
-    ``${workspace.*}`` references are left for the workspace."""
-    resources: dict = {}
-    for doc in BUNDLE_DOCS:
-        resources = _merge(resources, doc.get("resources", {}))
-    spec = ROOT_YAML["targets"][target]
-    resources = _merge(resources, spec.get("resources", {}))
-    variables = {name: v.get("default") for name, v in ROOT_YAML["variables"].items()}
-    variables.update(spec.get("variables", {}))
-    variables.update(GIVEN if given is None else given)
-    missing = sorted(name for name, value in variables.items() if value is None)
-    assert not missing, f"no value for required variable(s) {missing}"
-    bundle = _substitute({**spec, "resources": resources}, variables)
-    assert "${var." not in json.dumps(bundle)
-    return bundle
 
 
 def _widgets_of_task(task) -> set[str]:
@@ -111,7 +39,7 @@ def _widgets_read(notebook) -> set[str]:
 
 
 def test_job_definition_parses_with_the_databricks_models():
-    _, job = _job_yaml()
+    _, job = job_yaml()
     model = Job.from_dict(job)
     assert [t.task_key for t in model.tasks][0] == "ingest"
 
@@ -140,7 +68,7 @@ def test_always_on_job_parses_and_runs_continuously_with_a_real_time_mode_cluste
 
 
 def test_pipeline_job_is_scheduled_and_dev_pauses_schedule_and_always_on_job():
-    _, job = _job_yaml()
+    _, job = job_yaml()
     assert Job.from_dict(job).schedule.quartz_cron_expression
     assert job["schedule"]["pause_status"] == "${var.pipeline_schedule_pause_status}"
     dev = ROOT_YAML["targets"]["dev"]["variables"]
@@ -292,7 +220,7 @@ def test_prod_cluster_carries_the_tuning_recommendation_with_databricks_names():
     from sensorcep import tuning
 
     prod = ROOT_YAML["targets"]["prod"]["resources"]["jobs"]["sensor_cep_pipeline"]["job_clusters"][0]
-    _, job = _job_yaml()
+    _, job = job_yaml()
     assert prod["job_cluster_key"] == job["job_clusters"][0]["job_cluster_key"]  # merged by key on deploy
     expected = tuning.databricks_conf(tuning.presets()[tuning.RECOMMENDED])
     assert expected.items() <= prod["new_cluster"]["spark_conf"].items()
@@ -302,7 +230,7 @@ def test_prod_cluster_carries_the_tuning_recommendation_with_databricks_names():
 def test_every_state_store_setting_in_the_bundle_is_a_real_key():
     from sensorcep import tuning
 
-    _, job = _job_yaml()
+    _, job = job_yaml()
     confs = [c["new_cluster"]["spark_conf"] for c in job["job_clusters"]]
     confs.append(
         ROOT_YAML["targets"]["prod"]["resources"]["jobs"]["sensor_cep_pipeline"]["job_clusters"][0]["new_cluster"][
@@ -400,8 +328,10 @@ def test_the_bundle_artifact_builds_a_wheel_with_the_package_and_its_entry_point
         "tuning",
         "local",
         "rules",
+        "routes",
     }, "every subpackage is shipped"
     assert "sensorcep/rules/alert_rules.yaml" in names, "the packaged rule set that seeds alert_rules"
+    assert "sensorcep/routes/routes.yaml" in names, "the packaged routes"
     assert not any(n.endswith("oracle.py") for n in names), "test-only code stays out of the wheel"
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "sensorcep-stream = sensorcep.pipeline.always_on:main" in entry_points

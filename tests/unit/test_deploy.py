@@ -21,7 +21,7 @@ from databricks.bundles.volumes import Volume
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
-from test_bundle import BUNDLE_DOCS, GIVEN, ROOT_YAML, resolved
+from support.bundle import BUNDLE_DOCS, GIVEN, ROOT_YAML, resolved
 
 from sensorcep.io import kafka
 from sensorcep.local import jobs

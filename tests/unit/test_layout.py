@@ -10,7 +10,7 @@ from pathlib import Path
 import sensorcep
 
 PACKAGE = Path(sensorcep.__file__).parent
-CLUSTER_PACKAGES = ("pipeline", "io", "rules")
+CLUSTER_PACKAGES = ("pipeline", "io", "rules", "routes")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -80,6 +80,19 @@ def test_importing_every_cluster_module_loads_nothing_of_the_local_twin():
 
 def test_test_only_code_is_not_shipped():
     assert not (PACKAGE / "oracle.py").exists() and (Path(__file__).parents[1] / "support" / "oracle.py").exists()
+
+
+def test_no_test_file_imports_another_test_file():
+    """Shared test code lives in ``tests/support``; a test module imported by another runs its tests twice and ties
+    two tiers together (found: the stateful rules tests imported the rule tests, the deploy tests the bundle tests)."""
+    tests = Path(__file__).parents[1]
+    offenders = {
+        f"{path.relative_to(tests)} imports {name}"
+        for path in tests.rglob("test_*.py")
+        for name in imported_modules(path)
+        if name.split(".")[0].startswith("test_")
+    }
+    assert not offenders, sorted(offenders)
 
 
 def test_the_laptop_session_is_handed_in_through_entry_points_not_imports():

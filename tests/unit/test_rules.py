@@ -149,6 +149,7 @@ STATEFUL = [
     {"id": "lows", "kind": "count", "field": "sensor_freq", "op": "<", "value": 1.0, "at_least": 2, "within": "30 s"},
     {"id": "quiet", "kind": "absence", "within": "40 seconds"},
     {"id": "odd", "kind": "baseline", "field": "sensor_freq", "k": 1.5, "span": 5, "min_events": 3},
+    {"id": "far", "kind": "baseline", "field": "sensor_freq", "k": 1.0, "span": 4, "min_events": 3, "min_spread": 2.0},
     {"id": "up_then_down", "kind": "sequence", "first": {"field": "sensor_freq", "op": ">", "value": 5.0},
      "then": {"field": "sensor_freq", "op": "<", "value": 1.0}, "within": "60 seconds"},
 ]  # fmt: skip
@@ -194,3 +195,24 @@ def test_how_an_alert_lives_is_part_of_the_rule_with_defaults_that_do_not_change
     assert (unlatched.latched, unlatched.suppress_us) == (False, 120_000_000)
     assert "latch" not in spec_json(plain) and "suppress_for" not in spec_json(plain), "unset: the spec is unchanged"
     assert rule_from_spec("flappy", spec_json(unlatched)) == unlatched
+
+
+def test_a_sensor_stuck_at_one_value_fires_when_it_departs_unless_min_spread_allows_the_departure():
+    """A constant run has a spread of 0: any departure is infinitely many spreads away and fires (it used to give no
+    verdict at all); ``min_spread`` is the documented floor for readings that are quantised or noise-free."""
+    from sensorcep.rules.catalog import VersionedRule
+    from sensorcep.rules.sequential import advance
+
+    def fired(min_spread: float, last: float) -> list[int]:
+        spec = {"id": "stuck", "kind": "baseline", "field": "sensor_freq", "k": 4.0, "span": 10, "min_events": 5}
+        rules = [VersionedRule(r, 1) for r in parse_rules({"rules": [{**spec, "min_spread": min_spread}]})]
+        events = [(t * 1_000_000, 20.0, None) for t in range(30)] + [(30_000_000, last, None)]
+        alerts, _ = advance(rules, "d", {}, events, 60_000_000)
+        return [a.event_time_us for a in alerts]
+
+    assert fired(0.0, 20.0) == [], "the same constant value again is no departure"
+    assert fired(0.0, 20.5) == [30_000_000], "a stuck sensor's first different reading fires"
+    assert fired(1.0, 23.0) == [], "within k x min_spread of the constant: no alert"
+    assert fired(1.0, 24.5) == [30_000_000]
+    plain = parse_rules({"rules": [{"id": "b", "kind": "baseline", "field": "sensor_freq", "k": 4.0, "span": 10}]})[0]
+    assert "min_spread" not in spec_json(plain), "a rule that does not set it keeps its spec (and its version)"

@@ -4,7 +4,9 @@ what the live rules did alert (``anomalies``), by ``alert_id``.
 The candidate runs through the live queries' own code, in batch, over bronze, which holds every valid event once: its
 threshold rules through :func:`sensorcep.pipeline.alerts.alert_stream`, its stateful rules through the stateful
 query's logic (:func:`sensorcep.pipeline.stateful_rules.rule_alerts_batch`, each device's events in one pass, up to
-the watermark a live run would reach). An alert the candidate fires that ``anomalies`` lacks is *added*,
+the watermark a live run would reach, and without the events the live stateful query found too late for its
+watermark: they are in ``late_events``, and the live run never judged them). An alert the candidate fires that
+``anomalies`` lacks is *added*,
 one ``anomalies`` holds that the candidate does not fire is *dropped*, one in both is *kept*. An ``alert_id``
 depends on the device, the event time and the rule id (not its version), so a rule whose threshold moved keeps the
 alerts both versions fire.
@@ -22,6 +24,8 @@ from pyspark.sql import functions as F
 from sensorcep.io.lake import Tables
 from sensorcep.pipeline.alerts import alert_stream
 from sensorcep.pipeline.ingest import BronzeMissingError
+from sensorcep.pipeline.lateness import LATE_KEY
+from sensorcep.pipeline.stateful_rules import QUERY as STATEFUL_QUERY
 from sensorcep.pipeline.stateful_rules import rule_alerts_batch
 from sensorcep.rules import catalog, evaluate
 from sensorcep.rules.model import Rule
@@ -64,6 +68,14 @@ def _window(frame: DataFrame, start: datetime | None, end: datetime | None) -> D
     return frame
 
 
+def taken_by(lake: Tables, settings: Settings, query: str, events: DataFrame) -> DataFrame:
+    """The ``events`` a live event-time query took: those it recorded as too late in ``late_events`` left out."""
+    if not lake.exists("late_events"):
+        return events
+    late = lake.read("late_events").where(F.col("query") == settings.query_name(query)).select(*LATE_KEY[1:])
+    return events.join(late.dropDuplicates(), LATE_KEY[1:], "left_anti")
+
+
 def backtest(
     spark: SparkSession,
     settings: Settings,
@@ -86,8 +98,9 @@ def backtest(
     stateless = [r for r in candidate if r.rule.stateless]
     stateful = [r for r in candidate if not r.rule.stateless]
     fired = alert_stream(events, stateless, scoped).select(*ALERT_COLUMNS)
-    if stateful:  # the stateful rules query's own logic, over each device's events at once
-        fired = fired.unionByName(rule_alerts_batch(events, settings, stateful, scoped).select(*ALERT_COLUMNS))
+    if stateful:  # the stateful rules query's own logic, over each device's events at once, as the live run took them
+        taken = taken_by(lake, settings, STATEFUL_QUERY, events)
+        fired = fired.unionByName(rule_alerts_batch(taken, settings, stateful, scoped).select(*ALERT_COLUMNS))
     fired = fired.dropDuplicates(["alert_id"])
     if lake.exists("anomalies"):
         live = _window(lake.read("anomalies"), start, end).select(*ALERT_COLUMNS).dropDuplicates(["alert_id"])

@@ -14,15 +14,14 @@ from __future__ import annotations
 import json
 import math
 import operator
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sensorcep.errors import SensorCepError
 from sensorcep.settings import parse_duration
+from sensorcep.yaml_files import read_yaml
 
 #: an event's numeric fields a threshold may compare (the parsed event of 01's rules)
 NUMERIC_FIELDS = ("sensor_freq",)
@@ -77,11 +76,15 @@ class Scope(_Strict):
 #: repeats come within this much event time of each other (:mod:`sensorcep.rules.lifecycle`)
 DEFAULT_LATCH = True
 DEFAULT_SUPPRESS_FOR = "5 minutes"
+#: how urgent a rule's incidents are, for routing (:mod:`sensorcep.routes`); a rule that does not say: warning
+SEVERITIES = ("info", "warning", "critical")
+DEFAULT_SEVERITY = "warning"
 
 
 class _Rule(_Strict):
-    """What every rule has: an id, a scope, a description, an enabled flag, and how its alerts live (``latch``,
-    ``suppress_for``: None = the defaults, :data:`DEFAULT_LATCH` and :data:`DEFAULT_SUPPRESS_FOR`)."""
+    """What every rule has: an id, a scope, a description, an enabled flag, how its alerts live (``latch``,
+    ``suppress_for``: None = the defaults, :data:`DEFAULT_LATCH` and :data:`DEFAULT_SUPPRESS_FOR`) and how urgent they
+    are (``severity``, for routing: None = :data:`DEFAULT_SEVERITY`)."""
 
     id: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")
     scope: Scope | None = None
@@ -89,6 +92,7 @@ class _Rule(_Strict):
     enabled: bool = True
     latch: bool | None = None
     suppress_for: str | None = None
+    severity: Literal["info", "warning", "critical"] | None = None
 
     @field_validator("suppress_for")
     @classmethod
@@ -102,6 +106,11 @@ class _Rule(_Strict):
     @property
     def suppress_us(self) -> int:
         return _microseconds(self.suppress_for or DEFAULT_SUPPRESS_FOR)
+
+    @property
+    def level(self) -> str:
+        """The rule's severity (:data:`DEFAULT_SEVERITY` when it does not say)."""
+        return self.severity or DEFAULT_SEVERITY
 
     #: stateless rules run in the real-time alert query; the others in the stateful rules query (micro-batches)
     stateless: ClassVar[bool] = False
@@ -240,13 +249,23 @@ class BaselineRule(_Rule):
     """An event fires when ``field`` is more than ``k`` spreads from its device's baseline: an exponentially weighted
     mean and standard deviation over about the last ``span`` events (alpha = 2 / (span + 1)), kept per device in
     state and written to ``device_baselines``. No verdict before the device has ``min_events`` events. Every event,
-    an outlier too, then moves the baseline."""
+    an outlier too, then moves the baseline.
+
+    The spread is taken as at least ``min_spread`` (unset: 0): a device whose readings were constant has a spread of
+    0, and any departure from its constant value is then infinitely many spreads away and fires (a sensor stuck at one
+    value that suddenly reads something else). For readings that are quantised or noise-free, ``min_spread`` says how
+    far a reading may move unnoticed: it fires only beyond ``k * max(spread, min_spread)``."""
 
     kind: Literal["baseline"]
     field: str
     k: float = Field(gt=0)
     span: int = Field(ge=2)
     min_events: int = Field(default=20, ge=2)
+    min_spread: float | None = Field(default=None, ge=0)  # None: 0, and a rule that does not say keeps its spec
+
+    @property
+    def spread_floor(self) -> float:
+        return self.min_spread or 0.0
 
     _field = field_validator("field")(_Comparison._numeric_field.__func__)
     _k = field_validator("k")(_Comparison._finite.__func__)
@@ -335,18 +354,8 @@ def parse_rules(document: object, source: str = "rules") -> list[Rule]:
 
 def load_rules(path: str | Path | None = None) -> list[Rule]:
     """The rules of a YAML file (None or empty: the packaged default)."""
-    if not path:
-        text = resources.files("sensorcep.rules").joinpath(DEFAULT_RULES).read_text()
-        return parse_rules(yaml.safe_load(text), DEFAULT_RULES)
-    try:
-        text = Path(path).read_text()
-    except OSError as error:
-        raise RuleError(f"rules file {path}: cannot be read ({error.strerror})") from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise RuleError(f"rules file {path}: not valid YAML ({error})") from None
-    return parse_rules(document, str(path))
+    document, source = read_yaml(path, what="rules", package="sensorcep.rules", default=DEFAULT_RULES, error=RuleError)
+    return parse_rules(document, source)
 
 
 def spec_json(rule: Rule) -> str:

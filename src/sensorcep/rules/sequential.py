@@ -96,7 +96,8 @@ def advance(
                 memory[key] = t_us if rule.first.holds(value) else first_at
             elif rule.kind == "baseline":
                 n, mean, var, _ = memory.get(key, [0, 0.0, 0.0, None])
-                if n >= rule.min_events and var > 0 and abs(value - mean) > rule.k * math.sqrt(var):
+                # a constant run (spread 0) fires on any departure, unless min_spread sets a floor
+                if n >= rule.min_events and abs(value - mean) > rule.k * max(math.sqrt(var), rule.spread_floor):
                     alert(r, t_us, value, kafka_us)
                 if n == 0:
                     mean, var = value, 0.0
