@@ -64,7 +64,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_collection_finish(session):
-    """Start the broker (and give the notebooks their data) only when a selected test needs it."""
+    """Start the broker (and give the notebooks their data) only when a selected test will run and needs it
+    (``--collect-only`` runs nothing: it must not start, or take over, a broker)."""
+    if session.config.option.collectonly:
+        return
     if any(tier(item) in BROKER_TIERS for item in session.items):
         _start_broker()
 

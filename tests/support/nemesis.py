@@ -564,7 +564,7 @@ def verify(settings: Settings, acknowledged: dict) -> dict[str, int]:
     escalations = _frame(settings, "alert_escalations", ["alert_id"])
     assert not escalations.alert_id.duplicated().any(), "alert_escalations: an alert_id twice"
     assert set(escalations.alert_id) <= expected_ids, "an escalation of no anomaly"
-    events = _frame(settings, "alert_events", ["event_id", "incident_id", "transition"])
+    events = _frame(settings, "alert_events", ["event_id", *TRANSITION_COLUMNS])
     assert not events.event_id.duplicated().any(), "alert_events: a transition recorded twice"
     escalated = events[events.transition == "escalated"]
     assert not escalated.incident_id.duplicated().any(), "alert_events: an incident escalated twice"
@@ -574,8 +574,8 @@ def verify(settings: Settings, acknowledged: dict) -> dict[str, int]:
     )
     assert not lost, f"alert_escalations lost {len(lost)} escalation(s) alert_events recorded, e.g. {sorted(lost)[:3]}"
     assert not extra, f"alert_escalations holds {len(extra)} escalation(s) alert_events never recorded"
-    status = _frame(settings, "device_status", ["device_id", "status_event", "changed_at"])
-    assert not status.duplicated().any(), "device_status: a status change recorded twice"
+    _judge_lifecycle(settings, _frame(settings, "anomalies", ANOMALY_COLUMNS), late, events)
+    _judge_device_status(settings, bronze, late)
 
     progress = _frame(settings, "stream_progress", ["query_name", "batch_id", "rows_dropped_by_watermark"])
     dropped = progress[pd.to_numeric(progress.rows_dropped_by_watermark).fillna(0) > 0]
@@ -601,6 +601,74 @@ def verify(settings: Settings, acknowledged: dict) -> dict[str, int]:
         "anomalies": len(expected_ids),
         "escalations": len(escalations),
     }
+
+
+#: an alert_events row as the lifecycle decides it (event_id, pages, actor, detail and batch_id aside)
+TRANSITION_COLUMNS = ["incident_id", "rule_id", "device_id", "transition", "at", "cause_id", "state", "alerts"]
+ANOMALY_COLUMNS = ["alert_id", "rule_id", "device_id", "event_time"]
+
+
+def _us(t) -> int:
+    return pd.Timestamp(t).value // 1000
+
+
+def _judge_lifecycle(settings: Settings, anomalies: pd.DataFrame, late: pd.DataFrame, events: pd.DataFrame) -> None:
+    """``alert_events`` exactly as the lifecycle decides over the alerts it took, up to the watermark it last applied
+    (its checkpoint's offset log): the transitions do not depend on the micro-batches (alert_lifecycle's docstring),
+    so the kills must not change one. Every alert up to that watermark was taken or is in ``late_events``."""
+    from sensorcep.pipeline import alert_lifecycle, checkpoint_log
+    from sensorcep.rules import catalog, lifecycle
+    from sensorcep.runtime import get_spark
+
+    checkpoint = settings.checkpoint_path("alert_lifecycle")
+    mark_us = checkpoint_log.watermark_ms(None, checkpoint, checkpoint_log.last_committed(checkpoint)) * 1000
+    by_rule = alert_lifecycle.policies(catalog.rules_in_force(get_spark(), settings), settings)
+    alerts = anomalies.assign(at_us=anomalies.event_time.map(_us))
+    released = alerts[alerts.at_us <= mark_us]
+    taken = set(events.cause_id[events.transition.isin(["opened", "repeated"])])
+    own_late = late[late["query"] == settings.query_name("alert_lifecycle")]
+    late_keys = set(zip(own_late.device_id, own_late.event_time.map(_us), strict=True))
+    lost = [
+        a.alert_id for a in released.itertuples() if a.alert_id not in taken and (a.device_id, a.at_us) not in late_keys
+    ]
+    assert not lost, f"alert_lifecycle lost {len(lost)} alert(s): neither taken nor in late_events, e.g. {lost[:3]}"
+    want = []
+    for (rule, device), group in released[released.alert_id.isin(taken)].groupby(["rule_id", "device_id"]):
+        inputs = [lifecycle.Input(at_us=int(a.at_us), kind="alert", alert_id=a.alert_id) for a in group.itertuples()]
+        steps, _ = lifecycle.advance(None, inputs, mark_us, by_rule.get(rule, by_rule[""]))
+        want += [(s.incident_id, rule, device, s.transition, s.at_us, s.cause_id, s.state, s.alerts) for s in steps]
+    got = [
+        (r.incident_id, r.rule_id, r.device_id, r.transition, _us(r.at), r.cause_id, r.state, int(r.alerts))
+        for r in events[TRANSITION_COLUMNS].itertuples(index=False)
+    ]
+    differ = sorted(set(got) ^ set(want), key=str)
+    assert sorted(got, key=str) == sorted(want, key=str), (
+        f"alert_events differ from the lifecycle over the alerts it took: {len(got)} rows, {len(want)} expected, "
+        f"e.g. {differ[:3]}"
+    )
+
+
+def _judge_device_status(settings: Settings, bronze: pd.DataFrame, late: pd.DataFrame) -> None:
+    """``device_status``: each device's first row is its one ``device_first_seen``, its statuses alternate online and
+    offline (no change twice, none lost between two), and every device with an event device activity took has one."""
+    status = _frame(settings, "device_status", ["device_id", "status_event", "status", "changed_at", "event_count"])
+    assert not status.duplicated().any(), "device_status: a status change recorded twice"
+    for device, rows in status.sort_values(["changed_at", "event_count"]).groupby("device_id"):
+        changes = list(rows.status_event)
+        assert changes[0] == "device_first_seen" and changes.count("device_first_seen") == 1, (
+            f"device_status: {device} does not start with exactly one device_first_seen: {changes[:4]}"
+        )
+        statuses = list(rows.status)
+        assert all(a != b for a, b in zip(statuses, statuses[1:], strict=False)), (
+            f"device_status: {device} changed to the same status twice in a row: {statuses}"
+        )
+    own_late = late[late["query"] == settings.query_name("device_activity")]
+    late_keys = set(zip(own_late.device_id, own_late.event_time.map(_us), strict=True))
+    taken = {d for d, t in zip(bronze.device_id, bronze.event_time.map(_us), strict=True) if (d, t) not in late_keys}
+    assert taken == set(status.device_id), (
+        f"device_status: devices whose events were taken but have no status: {sorted(taken - set(status.device_id))}"
+        f"; with a status but no taken event: {sorted(set(status.device_id) - taken)}"
+    )
 
 
 def main() -> None:
