@@ -69,6 +69,7 @@ class PagerDuty(_Strict):
     """PagerDuty's Events API v2 (``dedup_key`` = the notification id); the routing key is the secret named."""
 
     routing_key_secret: str
+    url: str | None = Field(default=None, pattern=r"^https?://")  # None: PagerDuty's own endpoint
 
 
 class Email(_Strict):
