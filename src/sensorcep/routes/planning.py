@@ -134,14 +134,22 @@ def muted_by(route_set: RouteSet, incident: Incident, incidents: Iterable[Incide
     return None
 
 
-def plan(route_set: RouteSet, incidents: list[Incident], silences: Iterable[Silence] = (), at=None) -> Plan:
-    """The messages the open ``incidents`` make under ``route_set`` at ``at`` (default: now), and what is muted."""
+def plan(
+    route_set: RouteSet,
+    incidents: list[Incident],
+    silences: Iterable[Silence] = (),
+    at=None,
+    others: Iterable[Incident] = (),
+) -> Plan:
+    """The messages the open ``incidents`` make under ``route_set`` at ``at`` (default: now), and what is muted.
+    ``others``: further open incidents that may inhibit these (already told about, so not planned again)."""
     at = at or datetime.now().astimezone()
     silences = list(silences)
+    sources = [*incidents, *others]
     groups: dict[tuple, Group] = {}
     muted = []
     for incident in incidents:
-        reason = muted_by(route_set, incident, incidents, silences, at)
+        reason = muted_by(route_set, incident, sources, silences, at)
         if reason is not None:
             muted.append((incident, reason))
             continue

@@ -1,0 +1,101 @@
+"""When grouped messages go out: Alertmanager's timing over the lifecycle's paging transitions.
+
+A group (a receiver's route and its ``group_by`` labels, :func:`sensorcep.routes.planning.plan`) holds the open
+incidents that paged into it. Its first message goes ``group_wait`` after its first incident, so that the rest of an
+outage can join it. After that it waits ``group_interval`` before telling about incidents that joined, and sends
+again every ``repeat_interval`` while it still holds open incidents. An incident leaves its group when it closes
+(acked or resolved): a group with nothing left sends nothing more.
+
+:func:`step` is the whole logic, plain Python and deterministic: given the groups so far, the transitions since the
+last step and the time now, it returns the messages due and the groups after them (small, JSON-able). The query
+that runs it over ``alert_events`` and the ``notifications`` ledger it writes are not built yet (docs/routes.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from sensorcep.routes.model import RouteSet
+from sensorcep.routes.planning import Incident, plan
+
+#: transitions that open or raise an incident's page, and those that close it (:data:`sensorcep.rules.lifecycle.PAGES`)
+PAGING = ("opened", "escalated")
+CLOSING = ("acked", "resolved")
+
+
+@dataclass(frozen=True)
+class Change:
+    """A lifecycle transition of an incident, with the incident's labels (``at``: seconds, the dispatcher's clock)."""
+
+    incident: Incident
+    transition: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Due:
+    """A message that is due: for ``receiver``, the group's open incidents, and which of them are new in it."""
+
+    message_id: str
+    receiver: str
+    group: str
+    incidents: tuple[str, ...]
+    new: tuple[str, ...]
+    repeat: bool
+
+
+def _group_name(receiver: str, path: str, key: tuple) -> str:
+    return f"{receiver} {path} " + ",".join(f"{k}={v}" for k, v in key)
+
+
+def step(route_set: RouteSet, groups: dict, changes: list[Change], now: float, silences=()) -> tuple[list[Due], dict]:
+    """Apply ``changes`` (in time order) to ``groups`` and return the messages due at ``now`` and the new groups.
+
+    ``groups``: {name: {"receiver", "incidents": {id: labels}, "pending": [ids not told yet], "first_at",
+    "sent_at", "wait", "interval", "repeat"}}. A muted incident (silence, inhibition) joins no group."""
+    groups = {n: {**g, "incidents": dict(g["incidents"]), "pending": list(g["pending"])} for n, g in groups.items()}
+    for change in sorted(changes, key=lambda c: c.at):
+        incident = change.incident
+        if change.transition in CLOSING:
+            for group in groups.values():
+                group["incidents"].pop(incident.incident_id, None)
+                if incident.incident_id in group["pending"]:
+                    group["pending"].remove(incident.incident_id)
+            continue
+        if change.transition not in PAGING:
+            continue
+        open_now = [Incident(i, labels) for g in groups.values() for i, labels in g["incidents"].items()]
+        planned = plan(route_set, [incident], silences, datetime.fromtimestamp(change.at, timezone.utc), open_now)
+        for group_plan in planned.groups:
+            name = _group_name(group_plan.match.receiver, group_plan.match.path, group_plan.key)
+            group = groups.setdefault(
+                name,
+                {"receiver": group_plan.match.receiver, "incidents": {}, "pending": [], "first_at": change.at,
+                 "sent_at": None, "wait": group_plan.match.group_wait_s,
+                 "interval": group_plan.match.group_interval_s, "repeat": group_plan.match.repeat_interval_s},
+            )  # fmt: skip
+            if not group["incidents"] and group["sent_at"] is None:
+                group["first_at"] = change.at
+            group["incidents"][incident.incident_id] = incident.labels
+            if incident.incident_id not in group["pending"]:
+                group["pending"].append(incident.incident_id)
+    due = []
+    for name, group in sorted(groups.items()):
+        if not group["incidents"]:
+            continue
+        if group["sent_at"] is None:
+            ready = now >= group["first_at"] + group["wait"]
+        elif group["pending"]:
+            ready = now >= group["sent_at"] + group["interval"]
+        else:
+            ready = now >= group["sent_at"] + group["repeat"]
+        if not ready:
+            continue
+        incidents, new = tuple(sorted(group["incidents"])), tuple(group["pending"])
+        key = f"{name}|{'|'.join(incidents)}|{group['sent_at']}"
+        message_id = hashlib.sha256(key.encode()).hexdigest()[:32]
+        due.append(Due(message_id, group["receiver"], name, incidents, new, repeat=not new))
+        group["sent_at"], group["pending"] = now, []
+    return due, groups
