@@ -61,3 +61,35 @@ def test_a_task_query_with_nothing_to_do_holds_an_empty_slot_until_a_refresh_giv
     assert task.refresh() == ["stateful_rules"] and [q.name for q in task.queries] == ["sampling", "stateful_rules v1"]
     rules["version"] = 2
     assert task.refresh() == ["stateful_rules"] and not started[0].isActive and task.queries[1] is started[1]
+
+
+class _Failed:
+    """A stand-in for a streaming query that stopped with ``error`` (no JVM here)."""
+
+    def __init__(self, name: str, error: str | None):
+        self.name, self.isActive, self._error = name, error is None, error
+
+    def exception(self):
+        return self._error
+
+
+def test_a_query_whose_python_worker_did_not_start_in_time_is_started_again_once_and_nothing_else_is():
+    """Spark gives a stateful processor's first Python worker 10 s to connect back; a busy machine starting every
+    query at once can miss it. That failure, and only that one, is retried once (as a Databricks task retry would)."""
+    started = []
+
+    def declare(name):
+        def start(spark, settings, *, wait=True):
+            started.append(name)
+            return _Failed(name, "Python worker failed to connect back." if name == "flaky" else None)
+
+        return queries.Query(name, start, "sampling_state", ())
+
+    task = always_on.RunningTask(None, always_on.Settings(trigger="5 seconds"), [declare("flaky"), declare("broken")])
+    task.slots = [
+        _Failed("flaky", "org.apache.spark.SparkException: Python worker failed to connect back."),
+        _Failed("broken", "AnalysisException: something real"),
+    ]
+    assert task.retry_worker_start_failures() == ["flaky"] and started == ["flaky"]
+    assert task.retry_worker_start_failures() == [], "once: a second failure of the same kind is the caller's"
+    assert task.slots[1].exception() == "AnalysisException: something real", "any other failure is left as it is"

@@ -276,6 +276,9 @@ def run_always_on(
                         triggers.setdefault(query.name, declared.trigger(running.settings))
                         settings_of.setdefault(query.name, running.settings)
                     next_refresh[id(running)] = time.monotonic() + parse_duration(running.settings.rules_refresh)
+            for running in running_tasks:
+                for name in running.retry_worker_start_failures():
+                    out(f"↻ {name}: a Python worker did not start in time (a busy machine); started again, once")
             queries[:] = [q for running in running_tasks for q in running.queries]
             failed = [q for q in queries if not q.isActive and q.exception() is not None]
             if failed:

@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 
 #: the always-on tasks: the bundle's task keys, each starting its declared queries
 TASKS = queries.TASK_ORDER
+#: how Spark says a Python worker did not start in time: a stateful processor's first batch starts a fresh Python
+#: process on the driver, which must connect back within Spark's fixed 10 seconds; a busy 2-core machine starting
+#: several stateful queries at once can miss that. A transient failure that starting the query again gets past.
+WORKER_START_FAILURES = ("Python worker failed to connect back", "CANNOT_OPEN_SOCKET")
 
 
 @dataclass
@@ -53,6 +57,7 @@ class RunningTask:
     declared: list[queries.Query]
     slots: list[StreamingQuery | None] = field(default_factory=list)
     compiled: list[object] = field(default_factory=list)
+    retried: set[int] = field(default_factory=set)  # slots started again after a worker start failure
 
     def start(self) -> RunningTask:
         for declared in self.declared:
@@ -87,6 +92,23 @@ class RunningTask:
             restarted.append(self.settings.query_name(declared.name))
         return restarted
 
+    def retry_worker_start_failures(self) -> list[str]:
+        """Start again, on its checkpoint and once per query, each query that failed because a Python worker did not
+        start in time (:data:`WORKER_START_FAILURES`), as a Databricks task retry would; their names. Any other
+        failure, and a second one, is left for the caller to raise."""
+        restarted = []
+        for index, declared in enumerate(self.declared):
+            query = self.slots[index]
+            if query is None or query.isActive or query.exception() is None or index in self.retried:
+                continue
+            if not any(marker in str(query.exception()) for marker in WORKER_START_FAILURES):
+                continue
+            log.warning("query %s: a Python worker did not start in time; starting it again", query.name)
+            self.retried.add(index)
+            self.slots[index] = declared.start(self.spark, self.settings, wait=False)
+            restarted.append(self.settings.query_name(declared.name))
+        return restarted
+
     @property
     def reloads(self) -> bool:
         return any(declared.reload_when is not None for declared in self.declared)
@@ -113,6 +135,7 @@ def await_queries(spark: SparkSession, task: RunningTask) -> None:
             task.refresh()
             continue
         spark.streams.resetTerminated()
+        task.retry_worker_start_failures()
         for query in task.queries:
             if not query.isActive and query.exception() is not None:
                 for other in task.queries:
