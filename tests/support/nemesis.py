@@ -564,7 +564,7 @@ def verify(settings: Settings, acknowledged: dict) -> dict[str, int]:
     escalations = _frame(settings, "alert_escalations", ["alert_id"])
     assert not escalations.alert_id.duplicated().any(), "alert_escalations: an alert_id twice"
     assert set(escalations.alert_id) <= expected_ids, "an escalation of no anomaly"
-    events = _frame(settings, "alert_events", ["event_id", *TRANSITION_COLUMNS])
+    events = _frame(settings, "alert_events", ["event_id", *TRANSITION_COLUMNS, "batch_id"])
     assert not events.event_id.duplicated().any(), "alert_events: a transition recorded twice"
     escalated = events[events.transition == "escalated"]
     assert not escalated.incident_id.duplicated().any(), "alert_events: an incident escalated twice"
@@ -616,13 +616,21 @@ def _judge_lifecycle(settings: Settings, anomalies: pd.DataFrame, late: pd.DataF
     """``alert_events`` exactly as the lifecycle decides over the alerts it took, up to the watermark it last applied
     (its checkpoint's offset log): the transitions do not depend on the micro-batches (alert_lifecycle's docstring),
     so the kills must not change one. Every alert up to that watermark was taken or is in ``late_events``."""
-    from sensorcep.pipeline import alert_lifecycle, checkpoint_log
+    from sensorcep.pipeline import alert_lifecycle, checkpoint_log, checkpoint_settings
     from sensorcep.rules import catalog, lifecycle
     from sensorcep.runtime import get_spark
 
     checkpoint = settings.checkpoint_path("alert_lifecycle")
-    mark_us = checkpoint_log.watermark_ms(None, checkpoint, checkpoint_log.last_committed(checkpoint)) * 1000
-    by_rule = alert_lifecycle.policies(catalog.rules_in_force(get_spark(), settings), settings)
+    # the last batch that ran: the last committed one, or a later one the final stop cut short after its Delta write
+    # (its commit is missing: a restart would replay it, and the idempotent write would add nothing)
+    last = max([checkpoint_log.last_committed(checkpoint) or 0, *events.batch_id.astype(int)])
+    mark_us = checkpoint_log.watermark_ms(None, checkpoint, last) * 1000
+    # the settings the query ran with, as its checkpoint recorded them (the always-on job's tasks take only the
+    # parameters the bundle declares for them: the fault run's ack_timeout is not one of them)
+    with open(f"{checkpoint}/{checkpoint_settings.RECORD}") as handle:
+        ack_timeout = json.load(handle)["settings"]["ack_timeout"].replace(" s", " seconds")
+    ran = settings.replace(ack_timeout=ack_timeout)
+    by_rule = alert_lifecycle.policies(catalog.rules_in_force(get_spark(), ran), ran)
     alerts = anomalies.assign(at_us=anomalies.event_time.map(_us))
     released = alerts[alerts.at_us <= mark_us]
     taken = set(events.cause_id[events.transition.isin(["opened", "repeated"])])
