@@ -74,8 +74,9 @@ def check(settings: Settings, query: str, fixed: tuple[str, ...]) -> None:
     path = os.path.join(checkpoint, RECORD)
     now = {name: _value(settings, name) for name in fixed}
     recorded = _read(path)
-    if not checkpoint_log.batches(checkpoint, "offsets") or recorded is None:
-        if recorded is None and checkpoint_log.batches(checkpoint, "offsets"):
+    planned = bool(checkpoint_log.batches(checkpoint, "offsets"))
+    if not planned or recorded is None:
+        if recorded is None and planned:
             log.warning("query %s: its checkpoint has no settings record (made before records): adopted", query)
         _write(path, now)
         return

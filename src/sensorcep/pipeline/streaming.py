@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -22,7 +21,7 @@ from sensorcep.errors import SensorCepError
 from sensorcep.io.lake import Tables
 from sensorcep.observability.monitoring import ensure_progress_listener, flush_progress
 from sensorcep.observability.progress import offsets_behind
-from sensorcep.pipeline import checkpoint_settings
+from sensorcep.pipeline import checkpoint_log, checkpoint_settings
 from sensorcep.pipeline.claims import claim_checkpoint, release_checkpoints
 from sensorcep.pipeline.queries import Query
 from sensorcep.runtime import classic_context, session_key, set_trigger
@@ -150,11 +149,7 @@ def explain_failure(query: StreamingQuery, error: BaseException) -> BaseExceptio
 
 def checkpoint_exists(settings: Settings, query: str) -> bool:
     """Whether the query has a checkpoint with at least one planned batch (a restart resumes from it)."""
-    offsets = f"{settings.checkpoint_path(query)}/offsets"
-    try:
-        return os.path.isdir(offsets) and any(name.isdigit() for name in os.listdir(offsets))
-    except OSError:
-        return False
+    return bool(checkpoint_log.batches(settings.checkpoint_path(query), "offsets"))
 
 
 def writer_id(settings: Settings, query: str, sink: str = "") -> str:
