@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 from pyspark.sql import SparkSession
 
@@ -63,3 +64,28 @@ def is_ahead(offsets: dict, of: dict | None) -> bool:
         for topic, partitions in offsets.items()
         for partition, offset in partitions.items()
     )
+
+
+#: the checkpoint's folders Spark requires empty when it starts a query as new (``verifyNewCheckpointDirectory``)
+NEW_QUERY_FOLDERS = ("offsets", "commits", "state")
+
+
+def clear_unstarted(checkpoint: str, *, realtime: bool) -> list[str]:
+    """Clear the leftovers of a run killed before its first commit, which Spark would refuse to start from.
+
+    Spark starts a query as new when its offset log has no batch, and then requires ``offsets``, ``commits`` and
+    ``state`` empty (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``). A run killed while writing its first offset log
+    entry leaves a temporary file there; a real-time-mode run killed between the offset log entry it writes when its
+    long-running batch ends and the commit leaves one Spark drops (it purges uncommitted real-time batches) and then
+    refuses to start over the rest. Either way the query committed nothing: what is cleared was never done, and the
+    restart reads from where a new query would. Returns the folders cleared (local checkpoints only; a commit, or a
+    planned micro-batch Spark will re-run, leaves everything as it is)."""
+    if batches(checkpoint, "commits") or (batches(checkpoint, "offsets") and not realtime):
+        return []
+    cleared = []
+    for name in NEW_QUERY_FOLDERS:
+        folder = os.path.join(checkpoint, name)
+        if os.path.isdir(folder) and os.listdir(folder):
+            shutil.rmtree(folder)
+            cleared.append(folder)
+    return cleared

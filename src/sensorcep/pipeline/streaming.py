@@ -73,6 +73,8 @@ def start_query(
 
     ensure_progress_listener(spark, settings, query)
     claim = claim_checkpoint(settings, query, realtime=realtime)
+    for folder in checkpoint_log.clear_unstarted(settings.checkpoint_path(query, realtime=realtime), realtime=realtime):
+        log.warning("query %s: cleared %s, left by a run killed before its first commit", query, folder)
     writer = (
         df.writeStream.queryName(settings.query_name(query))
         .option("checkpointLocation", settings.checkpoint_path(query, realtime=realtime))
