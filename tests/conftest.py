@@ -93,6 +93,8 @@ def pytest_sessionstart(session):
             # short-lived test JVMs: the C1 compiler only, one GC thread (measured: the device-activity and sampling
             # restart tests, 114 s -> 90 s on 2 cores); the product's sessions keep the JVM's defaults
             "SENSORCEP_JVM_OPTIONS": os.environ.get("SENSORCEP_JVM_OPTIONS", TEST_JVM_OPTIONS),
+            # the catalog's managed tables: the session's own (make test runs two sessions side by side)
+            "SENSORCEP_WAREHOUSE_DIR": str(SESSION_DIR / "warehouse"),
         }
     )
 

@@ -41,14 +41,19 @@ EXTRA_TASK_SLOTS = 4
 
 #: JVM options of the local Spark driver (``SENSORCEP_JVM_OPTIONS``), e.g. the test suite's
 JVM_OPTIONS_ENV = "SENSORCEP_JVM_OPTIONS"
+#: where the local catalog keeps managed tables (``SENSORCEP_WAREHOUSE_DIR``; default: Spark's ``spark-warehouse`` in
+#: the working directory); each test session has its own, so two sessions side by side share no table folder
+WAREHOUSE_ENV = "SENSORCEP_WAREHOUSE_DIR"
 
 
 def local_spark_conf(cores: int | None = None) -> dict[str, str]:
     cores = cores or os.cpu_count() or 2
     slots = cores + int(os.environ.get("SENSORCEP_EXTRA_TASK_SLOTS", EXTRA_TASK_SLOTS))
     jvm_options = os.environ.get(JVM_OPTIONS_ENV, "").strip()
+    warehouse = os.environ.get(WAREHOUSE_ENV, "").strip()
     return {
         **({"spark.driver.extraJavaOptions": jvm_options} if jvm_options else {}),
+        **({"spark.sql.warehouse.dir": warehouse} if warehouse else {}),
         "spark.master": f"local[{slots}]",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(cores),
