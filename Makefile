@@ -48,9 +48,9 @@ demo: jars broker-up
 	$(PY) -m sensorcep summary
 
 # two pytest-xdist workers, a Spark session and a broker each (one Spark session leaves half of 2 cores idle: it
-# waits on Kafka, Delta's log and Python); the notebooks run in order on one of them. Then the fault test alone: its
-# kill points must be reached within a time limit, which a neighbour's load would eat into.
-XDIST := -n 2 --dist loadgroup
+# waits on Kafka, Delta's log and Python); the notebooks run in order on one of them (tests/conftest.py). Then the
+# fault test alone: its kill points must be reached within a time limit, which a neighbour's load would eat into.
+XDIST := -n 2
 
 test: check-chromium jars lint
 	$(PY) -m pytest $(XDIST) --ignore=tests/fault

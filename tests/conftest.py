@@ -51,20 +51,30 @@ def tier(item) -> str:
     return part
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers (``pytest -n 2 --dist loadgroup``)
 def pytest_collection_modifyitems(config, items):
     """Mark every test with its tier; refuse a test that needs more than its tier allows."""
     wrong = []
     for item in items:
         name = tier(item)
         item.add_marker(getattr(pytest.mark, name))
-        if item.path.suffix == ".ipynb":  # 01 -> 05 build on each other: one worker runs them, in order
-            item.add_marker(pytest.mark.xdist_group("notebooks"))
         needs = FORBIDDEN.get(name, set()) & set(getattr(item, "fixturenames", ()))
         if needs:
             wrong.append(f"{item.nodeid} is in tests/{name}/ but asks for {', '.join(sorted(needs))}")
     if wrong:
         raise pytest.UsageError("tests outside their tier:\n" + "\n".join(wrong))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``make test``'s two pytest-xdist workers: the notebooks are one unit of work, run in order by one worker
+    (01 -> 05 build on each other's tables, in that worker's session folder); every other test is a unit of its own.
+    (pytest 9 ignores the node-id suffix that pytest-xdist's ``--dist loadgroup`` groups by: the grouping is here.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class NotebooksInOrder(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "notebooks" if nodeid.split("::")[0].endswith(".ipynb") else nodeid
+
+    return NotebooksInOrder(config, log)
 
 
 def pytest_collection_finish(session):

@@ -3,9 +3,9 @@ kill point (before and after a query's K-th non-empty Delta append or MERGE, as 
 store version lands, as a table's Delta checkpoint lands), of the real-time query's Kafka sink and of the broker, a
 stop of the real-time alert query and a second writer, under a fleet whose clocks disagree; then exact equality with
 what the producer got acknowledged and with the sampling oracle. Every planned point must be reached. The long random
-chain over every point runs in ``make nightly`` (``tests/support/nemesis.py --seed 7 --kills 60``). Then three bugs
-are planted one at a time in the drained tables (a record dropped, an append doubled, an escalation lost): the verdict
-must fail on each, naming it."""
+chain over every point runs in ``make nightly`` (``tests/support/nemesis.py --seed 7 --kills 60``). Then four bugs
+are planted one at a time in the drained tables (a record dropped, an append doubled, an escalation lost, an on-time
+event kept as late): the verdict must fail on each, naming it."""
 
 from collections import Counter
 
@@ -32,11 +32,21 @@ def _lose_one(spark, path: str) -> None:
     spark.sql(f"DELETE FROM delta.`{path}` WHERE alert_id = '{alert_id}'")
 
 
+def _keep_on_time(spark, path: str) -> None:
+    """An on-time event kept as late: a late row's event moved past the watermark its batch used."""
+    row = spark.read.format("delta").load(path).orderBy("query", "batch_id", "device_id").first()
+    spark.sql(
+        f"UPDATE delta.`{path}` SET event_time = watermark + INTERVAL 1 SECOND "
+        f"WHERE query = '{row.query}' AND device_id = '{row.device_id}' AND event_time = '{row.event_time}'"
+    )
+
+
 #: (bug, table, plant(spark, path), what the verdict must say)
 PLANTED = [
     ("a record dropped in ingest", "bronze_events", _drop_one, r"ingest's tables .* miss 1 of its"),
     ("an append done twice on a replay", "sensor_samples", _append_twice, "a sample row twice"),
     ("an escalation lost", "alert_escalations", _lose_one, r"alert_escalations lost 1 escalation"),
+    ("an on-time event kept as late", "late_events", _keep_on_time, "after the watermark Spark used"),
 ]
 OWN_BROKER = "127.0.0.1:19094"  # killed by the nemesis: not the session's broker
 SEED = 20261126

@@ -527,10 +527,11 @@ def verify(settings: Settings, acknowledged: dict) -> dict[str, int]:
     assert not wrong, f"{len(wrong)} records in the wrong table, e.g. {list(wrong.items())[:3]}"
 
     bronze = _frame(settings, "bronze_events", ["device_id", "sensor_freq", "event_time"])
-    late = _frame(settings, "late_events", ["query", "device_id", "event_time", "late_by_s", "batch_id"])
+    late = _frame(settings, "late_events", ["query", "device_id", "event_time", "watermark", "late_by_s", "batch_id"])
     for query, rows in late.groupby("query"):
         assert not rows.duplicated(["device_id", "event_time"]).any(), f"{query}: a late event recorded twice"
         assert (rows.late_by_s >= 0).all(), f"{query}: a late event after the watermark it missed"
+    _judge_late_watermarks(settings, late)
     sampling_late = late[late["query"] == settings.query_name("sampling")]
     key = ["device_id", "event_time"]
     took = bronze.merge(sampling_late[key], on=key, how="left", indicator=True)
@@ -654,6 +655,40 @@ def _judge_lifecycle(settings: Settings, anomalies: pd.DataFrame, late: pd.DataF
         f"alert_events differ from the lifecycle over the alerts it took: {len(got)} rows, {len(want)} expected, "
         f"e.g. {differ[:3]}"
     )
+
+
+#: the queries that keep their late input rows in ``late_events``
+LATE_WRITERS = ("sampling", "device_activity", "alert_lifecycle", "stateful_rules")
+
+
+def _judge_late_watermarks(settings: Settings, late: pd.DataFrame) -> int:
+    """Every ``late_events`` row was late for the watermark Spark itself used: the one its query's checkpoint holds for
+    the batch before the row's (``offsets/<batch - 1>``, Spark's late-row filter), which the row must also name. A
+    row whose log entry Spark has purged (it keeps the last 100) is not judged. Returns how many rows were judged."""
+    from sensorcep.pipeline import checkpoint_log
+
+    judged = 0
+    for query in LATE_WRITERS:
+        rows = late[late["query"] == settings.query_name(query)]
+        checkpoint = settings.checkpoint_path(query)
+        for batch_id, batch in rows.groupby("batch_id"):
+            entry = int(batch_id) - 1
+            if entry >= 0 and entry not in checkpoint_log.batches(checkpoint, "offsets"):
+                continue
+            mark_us = checkpoint_log.watermark_ms(None, checkpoint, entry) * 1000 if entry >= 0 else 0
+            named = {_us(t) for t in batch.watermark}
+            assert named == {mark_us}, (
+                f"late_events: {query}'s batch {batch_id} names the watermark(s) {sorted(named)} µs; "
+                f"its checkpoint's offset log says Spark used {mark_us} µs"
+            )
+            on_time = batch[batch.event_time.map(_us) > mark_us]
+            assert on_time.empty, (
+                f"late_events: {len(on_time)} event(s) of {query}'s batch {batch_id} after the watermark Spark used "
+                f"({mark_us} µs): on time, yet kept as late, e.g. {on_time[['device_id', 'event_time']].values[:3]}"
+            )
+            judged += len(batch)
+    assert judged or late.empty, "late_events: no row could be judged against its query's offset log"
+    return judged
 
 
 def _judge_device_status(settings: Settings, bronze: pd.DataFrame, late: pd.DataFrame) -> None:

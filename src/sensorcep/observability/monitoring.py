@@ -61,7 +61,7 @@ class DeltaProgressListener(StreamingQueryListener):
             self._routes[query_name] = settings
 
     def onQueryStarted(self, event) -> None:
-        self._terminated.setdefault(str(event.id), threading.Event())
+        self._terminated.setdefault(str(event.runId), threading.Event())
 
     def onQueryProgress(self, event) -> None:
         progress = json.loads(event.progress.json)
@@ -79,7 +79,9 @@ class DeltaProgressListener(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event) -> None:
-        self._terminated.setdefault(str(event.id), threading.Event()).set()  # its last progress is buffered by now
+        # its last progress is buffered by now. By run: a query restarted from its checkpoint keeps its id, and the
+        # first run's end must not pass for the next one's
+        self._terminated.setdefault(str(event.runId), threading.Event()).set()
         self._wake.set()
 
     def flush(self) -> int:
@@ -134,8 +136,9 @@ class DeltaProgressListener(StreamingQueryListener):
             exc,
         )
 
-    def wait_terminated(self, query_id: str, timeout: float = 30.0) -> bool:
-        return self._terminated.setdefault(str(query_id), threading.Event()).wait(timeout)
+    def wait_terminated(self, run_id: str, timeout: float = 30.0) -> bool:
+        """Until the listener has heard that the query run ``run_id`` ended (False: not within ``timeout``)."""
+        return self._terminated.setdefault(str(run_id), threading.Event()).wait(timeout)
 
 
 def _append_progress(spark, settings: Settings, rows: list[dict]) -> None:
@@ -166,7 +169,13 @@ def flush_progress(spark, settings: Settings, query=None, timeout: float = 30.0)
     """Make sure every progress event of a stopped ``query`` (or all so far) is in Delta."""
     listener = ensure_progress_listener(spark, settings)
     if query is not None:
-        listener.wait_terminated(str(query.id), timeout)
+        if not listener.wait_terminated(str(query.runId), timeout):
+            log.warning(
+                "query %s: its end did not reach the progress listener within %.0f s: its last progress "
+                "rows may be written later",
+                query.name,
+                timeout,
+            )
     listener.flush()
 
 
