@@ -22,11 +22,17 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+import hypothesis
 import pytest
 from support.ports import CONNECT_PORT, TEST_BROKER
 from support.profiles import NIGHTLY
 
 SESSION_DIR = Path(tempfile.mkdtemp(prefix="sensorcep-tests-"))
+
+# no time limit per Hypothesis example: tests assert behaviour, not speed, and beside the other xdist worker's Spark
+# session an example may take longer than Hypothesis' default 200 ms (measured: 308 ms, a pure-Python property)
+hypothesis.settings.register_profile("sensorcep", deadline=None)
+hypothesis.settings.load_profile("sensorcep")
 NOTEBOOK_START = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
 TESTS = Path(__file__).parent
 TIERS = ("unit", "spark", "kafka", "e2e", "fault")

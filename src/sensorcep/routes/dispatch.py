@@ -8,7 +8,8 @@ again every ``repeat_interval`` while it still holds open incidents. An incident
 
 :func:`step` is the whole logic, plain Python and deterministic: given the groups so far, the transitions since the
 last step and the time now, it returns the messages due and the groups after them (small, JSON-able). The query
-that runs it over ``alert_events`` and the ``notifications`` ledger it writes are not built yet (docs/routes.md).
+that runs it over ``alert_events`` is not built yet; :mod:`sensorcep.routes.notifier` sends what is due and makes the
+rows of the ``notifications`` ledger (docs/routes.md).
 """
 
 from __future__ import annotations
@@ -50,11 +51,14 @@ def _group_name(receiver: str, path: str, key: tuple) -> str:
     return f"{receiver} {path} " + ",".join(f"{k}={v}" for k, v in key)
 
 
-def step(route_set: RouteSet, groups: dict, changes: list[Change], now: float, silences=()) -> tuple[list[Due], dict]:
+def step(
+    route_set: RouteSet, groups: dict, changes: list[Change], now: float, silences=(), muted: list | None = None
+) -> tuple[list[Due], dict]:
     """Apply ``changes`` (in time order) to ``groups`` and return the messages due at ``now`` and the new groups.
 
     ``groups``: {name: {"receiver", "incidents": {id: labels}, "pending": [ids not told yet], "first_at",
-    "sent_at", "wait", "interval", "repeat"}}. A muted incident (silence, inhibition) joins no group."""
+    "sent_at", "wait", "interval", "repeat"}}. A muted incident (silence, inhibition) joins no group; with ``muted``
+    (a list), each muted paging change is appended to it as (change, reason)."""
     groups = {n: {**g, "incidents": dict(g["incidents"]), "pending": list(g["pending"])} for n, g in groups.items()}
     for change in sorted(changes, key=lambda c: c.at):
         incident = change.incident
@@ -68,6 +72,8 @@ def step(route_set: RouteSet, groups: dict, changes: list[Change], now: float, s
             continue
         open_now = [Incident(i, labels) for g in groups.values() for i, labels in g["incidents"].items()]
         planned = plan(route_set, [incident], silences, datetime.fromtimestamp(change.at, timezone.utc), open_now)
+        if muted is not None:
+            muted += [(change, reason) for _, reason in planned.muted]
         for group_plan in planned.groups:
             name = _group_name(group_plan.match.receiver, group_plan.match.path, group_plan.key)
             group = groups.setdefault(

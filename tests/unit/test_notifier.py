@@ -1,0 +1,88 @@
+"""One notifier pass (routes.notifier): a 50-device outage is one message sent once and one ledger row; a silenced
+and an inhibited page are rows with their reason; a receiver that keeps failing is dead-lettered and the pass goes on;
+a replayed pass gives the same rows and ids."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sensorcep.routes.delivery import Outcome
+from sensorcep.routes.dispatch import Change
+from sensorcep.routes.model import parse_routes
+from sensorcep.routes.notifier import NOTIFICATION_COLUMNS, STATUSES, notify
+from sensorcep.routes.planning import Incident, Silence
+
+ROUTES = parse_routes(
+    {
+        "receivers": [{"name": "team", "slack": {"webhook_secret": "s"}}],
+        "route": {"receiver": "team", "group_by": ["site"], "group_wait": "30 seconds", "repeat_interval": "1 hour"},
+        "inhibit": [{"source": {"rule_id": "site_down"}, "target": {"rule_id": "too_hot"}, "equal": ["site"]}],
+    }
+)
+
+
+def opened(n: int, at: float, site: str = "plant", rule: str = "too_hot", severity: str = "warning") -> Change:
+    labels = {"rule_id": rule, "device_id": f"d{n}", "site": site, "severity": severity}
+    return Change(Incident(f"i{n}", labels), "opened", at)
+
+
+class Receiver:
+    """Records what it is sent; answers ``status`` to each message."""
+
+    def __init__(self, status: str = "delivered"):
+        self.status, self.messages = status, []
+
+    def __call__(self, message):
+        self.messages.append(message)
+        attempts = ["200"] if self.status == "delivered" else ["500", "500", "500"]
+        return Outcome(message.notification_id, self.status, attempts)
+
+
+def test_an_outage_is_one_message_sent_once_and_one_ledger_row_that_lists_every_device():
+    receiver = Receiver()
+    changes = [opened(n, 1000 + n, severity="critical" if n == 7 else "warning") for n in range(50)]
+    rows, groups = notify(ROUTES, {}, changes, now=1010, send=receiver)
+    assert rows == [] and receiver.messages == [], "group_wait: nothing before the rest of the outage can join"
+    rows, groups = notify(ROUTES, groups, [], now=1030, send=receiver)
+    assert len(receiver.messages) == 1 and len(rows) == 1
+    (sent,), (row,) = receiver.messages, rows
+    assert len(sent.incidents) == 50 and sent.severity == "critical", "the group's most severe incident"
+    assert {i["device_id"] for i in sent.incidents} == {f"d{n}" for n in range(50)}
+    assert row["notification_id"] == sent.notification_id, "the ledger keeps the id every retry carries"
+    assert (row["status"], row["receiver"], len(row["incident_ids"]), row["attempts"]) == (
+        "delivered",
+        "team",
+        50,
+        ["200"],
+    )
+    assert list(row) == NOTIFICATION_COLUMNS and row["status"] in STATUSES
+
+
+def test_a_silenced_page_and_an_inhibited_page_are_rows_with_their_reason_and_send_nothing():
+    receiver = Receiver()
+    silence = Silence(
+        "s1",
+        {"site": "yard"},
+        datetime(1970, 1, 1, tzinfo=timezone.utc),
+        datetime(2100, 1, 1, tzinfo=timezone.utc),
+        "ana",
+        "maintenance",
+    )
+    down = Change(Incident("down", {"rule_id": "site_down", "device_id": "plant", "site": "plant"}), "opened", 0)
+    rows, _ = notify(ROUTES, {}, [down, opened(1, 1), opened(2, 2, site="yard")], 40, receiver, [silence])
+    suppressed = {r["incident_ids"][0]: r["reason"] for r in rows if r["status"] == "suppressed"}
+    assert suppressed["i1"].startswith("inhibited by down"), suppressed
+    assert suppressed["i2"].startswith("silenced by s1") and "ana: maintenance" in suppressed["i2"], suppressed
+    assert [m.incidents[0]["incident_id"] for m in receiver.messages] == ["down"], "only the site-down page is sent"
+
+
+def test_a_receiver_that_keeps_failing_is_dead_lettered_and_the_pass_goes_on():
+    rows, _ = notify(ROUTES, {}, [opened(1, 0), opened(2, 0, site="yard")], now=30, send=Receiver("dead_letter"))
+    assert [(r["status"], len(r["attempts"])) for r in rows] == [("dead_letter", 3), ("dead_letter", 3)]
+
+
+def test_a_replayed_pass_gives_the_same_rows_and_ids():
+    changes = [opened(n, n) for n in range(5)]
+    first, _ = notify(ROUTES, {}, changes, now=60, send=Receiver())
+    again, _ = notify(ROUTES, {}, changes, now=60, send=Receiver())
+    assert first == again and len({r["notification_id"] for r in first}) == len(first)
