@@ -73,11 +73,12 @@ def start_query(
 
     ensure_progress_listener(spark, settings, query)
     claim = claim_checkpoint(settings, query, realtime=realtime)
-    for folder in checkpoint_log.clear_unstarted(settings.checkpoint_path(query, realtime=realtime), realtime=realtime):
+    checkpoint = settings.checkpoint_path(query, realtime=realtime)
+    for folder in checkpoint_log.clear_unstarted(checkpoint, realtime=realtime):
         log.warning("query %s: cleared %s, left by a run killed before its first commit", query, folder)
     writer = (
         df.writeStream.queryName(settings.query_name(query))
-        .option("checkpointLocation", settings.checkpoint_path(query, realtime=realtime))
+        .option("checkpointLocation", checkpoint)
         .outputMode(output_mode)
     )
     if foreach_batch is not None:
