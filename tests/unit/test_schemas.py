@@ -31,8 +31,32 @@ def test_every_table_the_queries_write_has_columns_to_be_created_with():
 
 
 class _Session:
+    """Spark's ``sql`` as a creation sees it: the statement, then an error or nothing."""
+
+    def __init__(self, error: str | None = None):
+        self.error, self.statements = error, []
+
+    def sql(self, statement):
+        self.statements.append(statement)
+        if self.error:
+            raise RuntimeError(self.error)
+
     def createDataFrame(self, rows, schema):
         return ("empty", schema)
+
+
+def test_a_table_is_created_by_one_create_statement_where_its_files_go():
+    by_path = delta.Table("late_events", None, "/tmp/x/late`s")
+    assert delta.create_statement(by_path, "a string, d date", ["d"]) == (
+        "CREATE TABLE IF NOT EXISTS delta.`/tmp/x/late``s` (a string, d date) USING delta PARTITIONED BY (`d`)"
+    )
+    named_here = delta.Table("late_events", "spark_catalog.s.late_events", "/tmp/x/late_events")
+    assert delta.create_statement(named_here, "a string").startswith("CREATE TABLE IF NOT EXISTS delta.`/tmp/x/")
+    unity = delta.Table("late_events", "main.s.late_events", None)
+    assert (
+        delta.create_statement(unity, "a string")
+        == "CREATE TABLE IF NOT EXISTS main.s.late_events (a string) USING delta"
+    )
 
 
 @pytest.mark.parametrize(
@@ -44,20 +68,24 @@ class _Session:
     ],
 )
 def test_a_table_another_task_created_at_the_same_moment_is_not_an_error(monkeypatch, error, created):
-    def write(df, table, mode, partition_by):
-        if error:
-            raise RuntimeError(error)
-
     monkeypatch.setattr(delta, "table_exists", lambda table, spark: False)
-    monkeypatch.setattr(delta, "write_table", write)
-    assert delta.create_table(_Session(), "/tmp/x/late_events", "a string") is created
+    session = _Session(error)
+    assert delta.create_table(session, "/tmp/x/late_events", "a string") is created
+    assert session.statements == ["CREATE TABLE IF NOT EXISTS delta.`/tmp/x/late_events` (a string) USING delta"]
+
+
+def test_a_folder_with_files_but_no_delta_log_gets_its_table_from_an_empty_append(monkeypatch):
+    appended = []
+    monkeypatch.setattr(delta, "table_exists", lambda table, spark: False)
+    monkeypatch.setattr(delta, "write_table", lambda df, table, mode, partition_by: appended.append((df, mode)))
+    session = _Session("[DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION] Cannot create table")
+    assert delta.create_table(session, "/tmp/x/late_events", "a string") is True
+    assert appended == [(("empty", "a string"), "append")]
 
 
 def test_any_other_error_creating_a_table_is_raised(monkeypatch):
-    def write(df, table, mode, partition_by):
-        raise RuntimeError("[DELTA_FAILED_TO_MERGE_FIELDS] Failed to merge fields 'a' and 'a'")
-
     monkeypatch.setattr(delta, "table_exists", lambda table, spark: False)
-    monkeypatch.setattr(delta, "write_table", write)
     with pytest.raises(RuntimeError, match="DELTA_FAILED_TO_MERGE_FIELDS"):
-        delta.create_table(_Session(), "/tmp/x/late_events", "a string")
+        delta.create_table(
+            _Session("[DELTA_FAILED_TO_MERGE_FIELDS] Failed to merge fields 'a' and 'a'"), "/tmp/x/t", "a string"
+        )
