@@ -76,7 +76,7 @@ POINT_KINDS = ("before", "after", "offset_log", "commit_log", "state_commit", "d
 #: the job costs minutes on 2 cores); the nightly chain draws from every point, K up to 12 (past a Delta checkpoint)
 SUITE = {
     "before": [("ingest", "bronze_events"), ("anomalies", "anomalies")],
-    "after": [("sampling", "sensor_samples"), ("device_activity", "device_status")],
+    "after": [("sampling", "sensor_samples")],
     "offset_log": ["ingest"],
     "commit_log": ["sampling"],
     "state_commit": ["alert_lifecycle"],

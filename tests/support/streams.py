@@ -140,7 +140,8 @@ def topic_records(bootstrap: str, topic: str) -> list[tuple[int, int, bytes, byt
         expected = sum(high - low for low, high in ranges.values())
         records: dict[tuple[int, int], tuple] = {}
         while len(records) < expected:
-            for message in consumer.consume(1_000, 5.0):
+            # no more than the records still missing: consume returns as soon as they are in, not at its timeout
+            for message in consumer.consume(min(1_000, expected - len(records)), 5.0):
                 if message.error() is None:
                     key = (message.partition(), message.offset())
                     records[key] = (*key, message.key(), message.value())
