@@ -16,6 +16,7 @@ and a small simulated data set through ``SENSORCEP_*`` environment variables.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tempfile
@@ -72,15 +73,26 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_xdist_make_scheduler(config, log):
     """``make test``'s two pytest-xdist workers: the notebooks are one unit of work, run in order by one worker
-    (01 -> 05 build on each other's tables, in that worker's session folder); every other test is a unit of its own.
+    (01 -> 05 build on each other's tables, in that worker's session folder); so is a module whose tests share a
+    module-scoped fixture; every other test is a unit of its own.
     (pytest 9 ignores the node-id suffix that pytest-xdist's ``--dist loadgroup`` groups by: the grouping is here.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class NotebooksInOrder(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "notebooks" if nodeid.split("::")[0].endswith(".ipynb") else nodeid
+            path = nodeid.split("::")[0]
+            if path.endswith(".ipynb"):
+                return "notebooks"
+            return path if _shares_a_module_fixture(path) else nodeid
 
     return NotebooksInOrder(config, log)
+
+
+@functools.cache
+def _shares_a_module_fixture(path: str) -> bool:
+    """Whether the test module has a module-scoped fixture (e.g. one pipeline run that several tests read): its tests
+    go to one worker, which runs the fixture once (split over two, each worker ran it: 48 s twice for 04's matrix)."""
+    return 'scope="module"' in (TESTS.parent / path).read_text()
 
 
 def pytest_collection_finish(session):
