@@ -1,6 +1,6 @@
 """One notifier pass (routes.notifier): a 50-device outage is one message sent once and one ledger row; a silenced
 and an inhibited page are rows with their reason; a receiver that keeps failing is dead-lettered and the pass goes on;
-a replayed pass gives the same rows and ids."""
+a replayed pass gives the same rows and ids; an incident nobody acks climbs the route's escalation levels, each once."""
 
 from __future__ import annotations
 
@@ -86,3 +86,53 @@ def test_a_replayed_pass_gives_the_same_rows_and_ids():
     first, _ = notify(ROUTES, {}, changes, now=60, send=Receiver())
     again, _ = notify(ROUTES, {}, changes, now=60, send=Receiver())
     assert first == again and len({r["notification_id"] for r in first}) == len(first)
+
+
+ESCALATING = parse_routes(
+    {
+        "receivers": [
+            {"name": "team", "slack": {"webhook_secret": "s"}},
+            {"name": "oncall", "pagerduty": {"routing_key_secret": "k"}},
+            {"name": "manager", "email": {"to": ["m@example.com"], "smtp_secret": "smtp"}},
+        ],
+        "route": {
+            "receiver": "team",
+            "group_by": ["site"],
+            "group_wait": "30 seconds",
+            "escalate": [{"after": "10 minutes", "to": "oncall"}, {"after": "30 minutes", "to": "manager"}],
+        },
+    }
+)
+
+
+def test_an_incident_nobody_acks_climbs_the_escalation_levels_each_once_and_an_ack_stops_it():
+    receiver = Receiver()
+    rows, groups = notify(ESCALATING, {}, [opened(0, 1000), opened(1, 1000)], now=1030, send=receiver)
+    assert [(m.receiver, m.transition) for m in receiver.messages] == [("team", "opened")]
+    assert [row["level"] for row in rows] == [0]
+
+    rows, groups = notify(ESCALATING, groups, [], now=1000 + 599, send=receiver)
+    assert rows == [], "not before the level's `after`"
+    rows, groups = notify(ESCALATING, groups, [], now=1000 + 600, send=receiver)
+    (level_1,) = receiver.messages[1:]
+    assert (level_1.receiver, level_1.transition, len(level_1.incidents)) == ("oncall", "escalated", 2)
+    assert "escalated to level 1" in level_1.title
+    assert [(row["receiver"], row["level"], row["incident_ids"]) for row in rows] == [("oncall", 1, ["i0", "i1"])]
+    rows, groups = notify(ESCALATING, groups, [], now=1000 + 900, send=receiver)
+    assert rows == [] and len(receiver.messages) == 2, "each level pages an incident once"
+
+    acked = Change(Incident("i1", {}), "acked", 1000 + 1000)
+    rows, groups = notify(ESCALATING, groups, [acked], now=1000 + 1800, send=receiver)
+    assert [(row["receiver"], row["level"], row["incident_ids"]) for row in rows] == [("manager", 2, ["i0"])], (
+        "an acked incident climbs no further"
+    )
+    rows, _ = notify(ESCALATING, groups, [], now=1000 + 7200, send=receiver)
+    assert rows == [], "past the last level, nothing more is sent for it"
+
+
+def test_a_pass_that_comes_late_sends_every_level_the_incident_passed_in_order_with_stable_ids():
+    first = notify(ESCALATING, {}, [opened(0, 1000)], now=1000 + 3600, send=Receiver())[0]
+    again = notify(ESCALATING, {}, [opened(0, 1000)], now=1000 + 3600, send=Receiver())[0]
+    assert [(row["receiver"], row["level"]) for row in first] == [("team", 0), ("oncall", 1), ("manager", 2)]
+    assert [row["notification_id"] for row in first] == [row["notification_id"] for row in again]
+    assert len({row["notification_id"] for row in first}) == 3

@@ -92,6 +92,20 @@ def test_a_silence_mutes_what_it_matches_while_it_lasts_and_says_who_and_why():
         (lambda d: d["receivers"].append(dict(d["receivers"][0])), "receiver names must be unique: team twice"),
         (lambda d: d["route"].update(group_by=["colour"]), "colour not a label"),
         (lambda d: d["route"].pop("receiver"), "the root route needs a receiver"),
+        (
+            lambda d: d["route"].update(escalate=[{"after": "10 minutes", "to": "nightshift"}]),
+            "routes name receivers that are not declared: nightshift",
+        ),
+        (
+            lambda d: d["route"].update(
+                escalate=[{"after": "30 minutes", "to": "team"}, {"after": "10 minutes", "to": "team"}]
+            ),
+            r"route > escalate: .*later and later",
+        ),
+        (
+            lambda d: d["route"].update(escalate=[{"after": "0 seconds", "to": "team"}]),
+            r"route > escalate\[1\] > after",
+        ),
     ],
 )
 def test_each_bad_entry_gets_an_error_that_names_it(change, says):

@@ -4,7 +4,9 @@ A group (a receiver's route and its ``group_by`` labels, :func:`sensorcep.routes
 incidents that paged into it. Its first message goes ``group_wait`` after its first incident, so that the rest of an
 outage can join it. After that it waits ``group_interval`` before telling about incidents that joined, and sends
 again every ``repeat_interval`` while it still holds open incidents. An incident leaves its group when it closes
-(acked or resolved): a group with nothing left sends nothing more.
+(acked or resolved): a group with nothing left sends nothing more. A route's escalation levels page their receivers
+about the incidents of the group still open ``after`` they opened: one message per group and level, each incident
+once per level.
 
 :func:`step` is the whole logic, plain Python and deterministic: given the groups so far, the transitions since the
 last step and the time now, it returns the messages due and the groups after them (small, JSON-able). The query
@@ -45,6 +47,8 @@ class Due:
     incidents: tuple[str, ...]
     new: tuple[str, ...]
     repeat: bool
+    #: 0: the group's own message; k: the route's k-th escalation level (1-based), about ``incidents``
+    level: int = 0
 
 
 def _group_name(receiver: str, path: str, key: tuple) -> str:
@@ -57,14 +61,26 @@ def step(
     """Apply ``changes`` (in time order) to ``groups`` and return the messages due at ``now`` and the new groups.
 
     ``groups``: {name: {"receiver", "incidents": {id: labels}, "pending": [ids not told yet], "first_at",
-    "sent_at", "wait", "interval", "repeat"}}. A muted incident (silence, inhibition) joins no group; with ``muted``
-    (a list), each muted paging change is appended to it as (change, reason)."""
-    groups = {n: {**g, "incidents": dict(g["incidents"]), "pending": list(g["pending"])} for n, g in groups.items()}
+    "sent_at", "wait", "interval", "repeat", "escalate": [[after_s, receiver], ...], "opened_at": {id: at},
+    "levels": {id: the last level it was escalated to}}}. A muted incident (silence, inhibition) joins no group; with
+    ``muted`` (a list), each muted paging change is appended to it as (change, reason)."""
+    groups = {
+        n: {
+            **g,
+            "incidents": dict(g["incidents"]),
+            "pending": list(g["pending"]),
+            "opened_at": dict(g.get("opened_at", {})),
+            "levels": dict(g.get("levels", {})),
+        }
+        for n, g in groups.items()
+    }
     for change in sorted(changes, key=lambda c: c.at):
         incident = change.incident
         if change.transition in CLOSING:
             for group in groups.values():
                 group["incidents"].pop(incident.incident_id, None)
+                group["opened_at"].pop(incident.incident_id, None)
+                group["levels"].pop(incident.incident_id, None)
                 if incident.incident_id in group["pending"]:
                     group["pending"].remove(incident.incident_id)
             continue
@@ -80,11 +96,13 @@ def step(
                 name,
                 {"receiver": group_plan.match.receiver, "incidents": {}, "pending": [], "first_at": change.at,
                  "sent_at": None, "wait": group_plan.match.group_wait_s,
-                 "interval": group_plan.match.group_interval_s, "repeat": group_plan.match.repeat_interval_s},
+                 "interval": group_plan.match.group_interval_s, "repeat": group_plan.match.repeat_interval_s,
+                 "escalate": [list(level) for level in group_plan.match.escalate], "opened_at": {}, "levels": {}},
             )  # fmt: skip
             if not group["incidents"] and group["sent_at"] is None:
                 group["first_at"] = change.at
             group["incidents"][incident.incident_id] = incident.labels
+            group["opened_at"].setdefault(incident.incident_id, change.at)
             if incident.incident_id not in group["pending"]:
                 group["pending"].append(incident.incident_id)
     due = []
@@ -104,4 +122,26 @@ def step(
         message_id = hashlib.sha256(key.encode()).hexdigest()[:32]
         due.append(Due(message_id, group["receiver"], name, incidents, new, repeat=not new))
         group["sent_at"], group["pending"] = now, []
+    for name, group in sorted(groups.items()):
+        due += _escalations(name, group, now)
     return due, groups
+
+
+def _escalations(name: str, group: dict, now: float) -> list[Due]:
+    """The group's escalation messages due at ``now``: per level, the incidents still open ``after`` they opened that
+    this level has not paged yet (a pass that comes late sends every level they passed, in order)."""
+    due = []
+    for level, (after_s, receiver) in enumerate(group.get("escalate", []), start=1):
+        reached = tuple(
+            sorted(
+                i
+                for i in group["incidents"]
+                if group["levels"].get(i, 0) < level and now >= group["opened_at"].get(i, now) + after_s
+            )
+        )
+        if not reached:
+            continue
+        message_id = hashlib.sha256(f"{name}|level {level}|{'|'.join(reached)}".encode()).hexdigest()[:32]
+        due.append(Due(message_id, receiver, name, reached, reached, repeat=False, level=level))
+        group["levels"].update(dict.fromkeys(reached, level))
+    return due

@@ -98,8 +98,19 @@ class Receiver(_Strict):
         return next(kind for kind in RECEIVER_KINDS if getattr(self, kind) is not None)
 
 
+class Escalation(_Strict):
+    """One level of a route's escalation: an incident still open ``after`` it opened (not acked, not resolved) is
+    paged to the receiver ``to`` as well."""
+
+    after: str
+    to: str
+
+    _after = field_validator("after")(_duration)
+
+
 class Route(_Strict):
-    """A node of the routing tree. ``match``: labels an incident must carry (none: every incident)."""
+    """A node of the routing tree. ``match``: labels an incident must carry (none: every incident). ``escalate``:
+    levels, ``after`` increasing (inherited by child routes that do not say)."""
 
     match: dict[str, str] = Field(default_factory=dict)
     receiver: str | None = None
@@ -108,6 +119,7 @@ class Route(_Strict):
     group_interval: str | None = None
     repeat_interval: str | None = None
     continue_: bool = Field(default=False, alias="continue")
+    escalate: list[Escalation] | None = None
     routes: list[Route] = Field(default_factory=list)
 
     _match = field_validator("match")(_labels)
@@ -119,6 +131,14 @@ class Route(_Strict):
         if names is not None:
             _labels(dict.fromkeys(names, ""))
         return names
+
+    @field_validator("escalate")
+    @classmethod
+    def _levels_in_order(cls, levels: list[Escalation] | None) -> list[Escalation] | None:
+        afters = [parse_duration(level.after) for level in levels or []]
+        if any(later <= earlier for earlier, later in zip(afters, afters[1:], strict=False)):
+            raise ValueError(f"escalation levels must come later and later: after {[lv.after for lv in levels]}")
+        return levels
 
 
 class Inhibit(_Strict):
@@ -158,7 +178,8 @@ class RouteSet(_Strict):
 
 
 def _receivers_named(route: Route) -> list[str]:
-    return ([route.receiver] if route.receiver else []) + [n for child in route.routes for n in _receivers_named(child)]
+    own = ([route.receiver] if route.receiver else []) + [level.to for level in route.escalate or []]
+    return own + [n for child in route.routes for n in _receivers_named(child)]
 
 
 def parse_routes(document: object, source: str = "routes") -> RouteSet:

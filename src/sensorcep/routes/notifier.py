@@ -33,6 +33,7 @@ NOTIFICATION_COLUMNS = [
     "incident_ids",
     "new_incident_ids",
     "repeat",
+    "level",
     "status",
     "reason",
     "attempts",
@@ -47,10 +48,12 @@ def message(due: Due, groups: dict, link: str | None = None) -> Message:
     labels = groups[due.group]["incidents"]
     ordered = [*due.new, *[i for i in due.incidents if i not in due.new]]
     what = "still open" if due.repeat else f"{len(due.new)} new"
+    if due.level:
+        what = f"escalated to level {due.level}, not acked"
     return Message(
         notification_id=due.message_id,
         receiver=due.receiver,
-        transition="repeated" if due.repeat else "opened",
+        transition="escalated" if due.level else "repeated" if due.repeat else "opened",
         title=f"{len(due.incidents)} open incident(s), {what}: {due.group}",
         incidents=[{"incident_id": i, **labels.get(i, {})} for i in ordered],
         severity=max((labels.get(i, {}).get("severity", "warning") for i in ordered), key=_rank),
@@ -86,6 +89,7 @@ def notify(
                 "incident_ids": list(each.incidents),
                 "new_incident_ids": list(each.new),
                 "repeat": each.repeat,
+                "level": each.level,
                 "status": outcome.status,
                 "reason": None,
                 "attempts": list(outcome.attempts),
@@ -102,6 +106,7 @@ def notify(
                 "incident_ids": [incident],
                 "new_incident_ids": [incident],
                 "repeat": False,
+                "level": 0,
                 "status": "suppressed",
                 "reason": reason,
                 "attempts": [],

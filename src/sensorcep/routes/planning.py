@@ -54,6 +54,8 @@ class Match:
     group_wait_s: float
     group_interval_s: float
     repeat_interval_s: float
+    #: the escalation levels: (seconds after the incident opened, receiver), in order
+    escalate: tuple[tuple[float, str], ...] = ()
 
 
 @dataclass
@@ -91,8 +93,13 @@ def routes_for(route_set: RouteSet, labels: dict[str, str]) -> list[Match]:
         parse_duration(root.group_wait or GROUP_WAIT),
         parse_duration(root.group_interval or GROUP_INTERVAL),
         parse_duration(root.repeat_interval or REPEAT_INTERVAL),
+        _levels(root),
     )
     return _walk(root, inherited, labels)
+
+
+def _levels(route: Route) -> tuple[tuple[float, str], ...]:
+    return tuple((parse_duration(level.after), level.to) for level in route.escalate or ())
 
 
 def _walk(route: Route, here: Match, labels: dict[str, str]) -> list[Match]:
@@ -114,6 +121,7 @@ def _inherit(parent: Match, child: Route, path: str) -> Match:
         parse_duration(child.group_wait) if child.group_wait else parent.group_wait_s,
         parse_duration(child.group_interval) if child.group_interval else parent.group_interval_s,
         parse_duration(child.repeat_interval) if child.repeat_interval else parent.repeat_interval_s,
+        _levels(child) if child.escalate is not None else parent.escalate,
     )
 
 
