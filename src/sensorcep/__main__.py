@@ -151,6 +151,9 @@ def cmd_routes(args) -> None:
     print(f"{len(incidents)} incident(s): {len(result.groups)} message(s), {len(result.muted)} muted (nothing sent)")
     for group in result.groups:
         print(f"  → {group.title}")
+        if group.match.escalate:
+            levels = "; ".join(f"after {after_s / 60:g} min → {to}" for after_s, to in group.match.escalate)
+            print(f"      unacked, escalates: {levels}")
         for incident in group.incidents:
             print(f"      {incident.incident_id}: {', '.join(f'{k}={v}' for k, v in sorted(incident.labels.items()))}")
     for incident, reason in result.muted:

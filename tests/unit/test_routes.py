@@ -122,7 +122,11 @@ def test_the_packaged_routes_are_valid_and_a_notification_keeps_its_id_across_re
 
 
 def test_routes_test_prints_who_would_be_paged_grouped_inhibited_or_silenced_without_sending(tmp_path):
-    (tmp_path / "routes.yaml").write_text(json.dumps(ROUTES))
+    document = json.loads(json.dumps(ROUTES))
+    document["route"]["escalate"] = [{"after": "10 minutes", "to": "oncall"}, {"after": "90 seconds", "to": "team"}][
+        ::-1
+    ]
+    (tmp_path / "routes.yaml").write_text(json.dumps(document))
     alerts = [{"rule_id": "too_hot", "device_id": f"d{n}", "site": "plant"} for n in range(3)]
     alerts.append(
         {"incident_id": "down", "rule_id": "site_down", "device_id": "plant", "site": "plant", "severity": "critical"}
@@ -135,6 +139,9 @@ def test_routes_test_prints_who_would_be_paged_grouped_inhibited_or_silenced_wit
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "5 incident(s): 2 message(s), 3 muted (nothing sent)" in out
-    assert "→ team: 1 incident(s) [rule_id=too_hot, site=yard]" in out
+    assert (
+        "→ team: 1 incident(s) [rule_id=too_hot, site=yard] via route\n"
+        "      unacked, escalates: after 1.5 min → team; after 10 min → oncall" in out
+    )
     assert "→ oncall: 1 incident(s) [rule_id=site_down, site=plant]" in out
     assert out.count("inhibited by down (site_down, equal site)") == 3
