@@ -165,6 +165,48 @@ def test_the_bundle_restates_no_settings_default_it_does_not_mean_to_change():
     assert set(differ) == set(DEPLOYED_DIFFERENTLY), differ
 
 
+#: job parameters whose literal default differs from the setting's on purpose: (job, parameter) and why
+JOB_DEFAULTS_DIFFER = {
+    (jobs.JOB_KEY, "alerts_trigger"): "a batch job: real-time mode is the always-on job's",
+}
+
+
+@pytest.mark.parametrize("job_key", JOB_KEYS)
+def test_a_job_parameter_written_out_carries_the_settings_default(job_key):
+    """A literal default in a job's ``parameters`` is the setting's own (or listed above with its reason): the
+    always-on job and the scheduled one cannot run with windows or timeouts that drifted apart."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Settings)}
+    differ = {
+        p["name"]: (p["default"], defaults[p["name"]])
+        for p in jobs.load_job(job_key)["job"]["parameters"]
+        if p["name"] in defaults
+        and "${" not in str(p["default"])
+        and "{{" not in str(p["default"])
+        and str(p["default"]) != str(defaults[p["name"]])
+    }
+    assert set(differ) == {name for job, name in JOB_DEFAULTS_DIFFER if job == job_key}, differ
+
+
+def test_settings_given_to_the_always_on_job_reach_every_task():
+    """The lifecycle's and device activity's timeouts are job parameters of the always-on job: a value given for a
+    local run (or a job run's parameters on Databricks) reaches each task's settings."""
+    given = {"ack_timeout": "2 minutes", "device_timeout": "3 minutes", "window_duration": "2 minutes"}
+    for task in jobs.tasks(jobs.ALWAYS_ON_JOB_KEY, params=given):
+        assert {k: task.parameters[k] for k in given} == given, task.key
+        assert Settings.from_mapping({k: v for k, v in task.parameters.items() if k != "task"}).ack_timeout == (
+            "2 minutes"
+        )
+
+
+def test_a_value_for_a_parameter_the_job_does_not_have_is_a_clear_error():
+    """Before, a misspelt or undeclared parameter was dropped silently and the job ran on the default."""
+    with pytest.raises(jobs.JobError, match=r"job 'sensor_cep_streaming' has no parameter ack_timout .*ack_timeout"):
+        jobs.tasks(jobs.ALWAYS_ON_JOB_KEY, params={"ack_timout": "2 minutes"})
+    # a bundle variable the job's definition reads is a value it uses
+    tasks = jobs.tasks(jobs.ALWAYS_ON_JOB_KEY, params={"streaming_trigger": "7 seconds"})
+    assert {t.parameters["trigger"] for t in tasks} == {"7 seconds"}
+
+
 @pytest.mark.parametrize("task", jobs.tasks() + jobs.tasks(jobs.TUNING_JOB_KEY), ids=lambda t: t.key)
 def test_every_widget_a_task_notebook_reads_is_a_parameter_of_its_job(task):
     assert task.notebook.exists(), task.notebook
@@ -340,7 +382,9 @@ def test_the_bundle_artifact_builds_a_wheel_with_the_package_and_its_entry_point
 
 @pytest.mark.parametrize("job_key", JOB_KEYS)
 def test_each_task_line_is_one_short_line_with_only_the_parameters_that_differ(job_key):
-    for task in jobs.tasks(job_key, params={"base_path": "/tmp/elsewhere", "extra_fields": "a,\nb"}):
+    declared = {p["name"] for p in jobs.load_job(job_key)["job"]["parameters"]}
+    given = {"base_path": "/tmp/elsewhere", "extra_fields": "a,\nb"}
+    for task in jobs.tasks(job_key, params={k: v for k, v in given.items() if k in declared}):
         line = jobs.task_line(task)
         assert "\n" not in line and line.startswith(f"▶ {task.key}: ") and len(line) < 200, line
         assert "base_path=/tmp/elsewhere" in line

@@ -131,8 +131,19 @@ def tasks(job_key: str = JOB_KEY, params: dict[str, str] | None = None, bundle_d
         base = {**shared, **{k: local_value(k, v, variables, setting_defaults) for k, v in raw.items()}}
         base.update({k: v for k, v in (params or {}).items() if k in base and k != "task"})
         by_key[t["task_key"]] = Task(t["task_key"], path, base, depends_on, entry_point)
+    unknown = set(params or {}) - {"task"} - {k for t in by_key.values() for k in t.parameters} - _variables_used(found)
+    if unknown:
+        raise JobError(
+            f"job {job_key!r} has no parameter {', '.join(sorted(unknown))} (a value for it would reach no task); "
+            f"its parameters: {', '.join(sorted(shared))}"
+        )
     order = TopologicalSorter({k: t.depends_on for k, t in by_key.items()}).static_order()
     return [by_key[k] for k in order]
+
+
+def _variables_used(found: dict) -> set[str]:
+    """The bundle variables (``${var.name}``) the job's definition reads: a value given for one is used."""
+    return set(VAR.findall(json.dumps(found["job"])))
 
 
 def run(
