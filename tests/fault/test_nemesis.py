@@ -50,12 +50,14 @@ PLANTED = [
 ]
 OWN_BROKER = "127.0.0.1:19094"  # killed by the nemesis: not the session's broker
 SEED = 20261126
+#: half the nightly chain's records per chunk: still every path the verdict covers (the asserts below)
+SUITE_PER_CHUNK = 20
 
 
 @pytest.mark.timeout(1500)
 def test_every_kind_of_kill_point_is_reached_and_loses_nothing_and_doubles_nothing(spark, tmp_path):
     actions = suite_plan(SEED)
-    nemesis = Nemesis(seed=SEED, actions=actions, workdir=tmp_path, bootstrap=OWN_BROKER)
+    nemesis = Nemesis(seed=SEED, actions=actions, workdir=tmp_path, bootstrap=OWN_BROKER, per_chunk=SUITE_PER_CHUNK)
     try:  # the broker stays up until the planted bugs are judged: the verdict reads the topic
         outcomes = nemesis.run()
         counts = verify(nemesis.settings, nemesis.acknowledged)

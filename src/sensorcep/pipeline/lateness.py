@@ -74,6 +74,10 @@ def late_event_writer(
     at or before the watermark Spark's late-row filter used in this batch) to ``late_events``, exactly once; rejected
     records, if the stream has them, to ``quarantine_events`` (merged on their Kafka coordinates).
 
+    A batch with no row to keep (most batches of a stateful query, e.g. those that only move the watermark) ends
+    after the one job that computes it: its sinks are not asked (each would run a job to find nothing, measured at
+    several seconds a batch for the alert lifecycle on 2 cores).
+
     ``input_repeats``: the query's input is read at least once (the alerts topic behind the alert lifecycle), so the
     same late event can arrive twice: it is kept once (:func:`not_held`). Bronze, the others' input, holds each event
     once."""
@@ -87,7 +91,8 @@ def late_event_writer(
             keep = keep | F.col("_bad").isNotNull()
         kept = batch.where(keep).persist()
         try:
-            kept.count()  # every partition computed once: the operator's state commits here
+            if kept.count() == 0:  # every partition computed once: the operator's state commits here
+                return  # no output, late or rejected row: every sink would get nothing (its table exists already)
             write_output(kept.where(F.col("_out").isNotNull()).select("_out.*"), batch_id)
             late = kept.where(F.col("_in").isNotNull()).select(
                 F.lit(settings.query_name(query)).alias("query"),
