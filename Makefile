@@ -76,6 +76,7 @@ lab: jars broker-up
 	cd notebooks && ../$(PY) -m jupyter lab --ServerApp.root_dir=.
 
 bench: jars broker-up
+	$(PY) benchmarks/cold_start.py
 	$(PY) benchmarks/ingest.py
 	$(PY) benchmarks/sampling.py
 	$(PY) benchmarks/alert_latency.py
