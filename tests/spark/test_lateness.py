@@ -18,7 +18,12 @@ SCHEMA = (
 )
 
 
-def test_an_empty_batch_asks_no_sink_and_a_late_row_lands_once(spark, settings):
+def test_a_sink_with_nothing_to_write_is_not_asked_and_a_late_row_lands_once(spark, settings, monkeypatch):
+    appended = []  # the tables the writer asked to append to
+    append = Tables.append_batch
+    monkeypatch.setattr(
+        Tables, "append_batch", lambda self, df, name, *a, **k: appended.append(name) or append(self, df, name, *a, **k)
+    )
     Tables(spark, settings).create(["late_events"])
     checkpoint = Path(settings.checkpoint_path("sampling"))  # what a started query leaves: the id its writers use
     checkpoint.mkdir(parents=True)
@@ -33,6 +38,11 @@ def test_an_empty_batch_asks_no_sink_and_a_late_row_lands_once(spark, settings):
     assert asked == [], "an empty batch reached the query's own writer"
     assert delta_version(settings.table_path("late_events")) == version, "an empty batch committed to late_events"
 
+    write(spark.createDataFrame([(("d0", 1), None)], SCHEMA), 0)  # output only: no late row to record
+    assert [(out[0].asDict(), batch) for out, batch in asked] == [({"device_id": "d0", "n": 1}, 0)]
+    assert appended == [], "the late-events sink was asked to append a batch without late rows"
+    asked.clear()
+
     # batch 0: Spark's late-row filter used watermark 0, so only an input row at the epoch is late; a normal input row
     # (the operator's input, not late) is neither output nor kept
     rows = [
@@ -42,5 +52,6 @@ def test_an_empty_batch_asks_no_sink_and_a_late_row_lands_once(spark, settings):
     ]
     write(spark.createDataFrame(rows, SCHEMA), 0)
     assert [(out[0].asDict(), batch) for out, batch in asked] == [({"device_id": "d1", "n": 3}, 0)]
+    assert appended == ["late_events"]
     late = delta_frame(settings.table_path("late_events"))
     assert list(late.device_id) == ["d1"] and list(late["query"]) == [settings.query_name("sampling")]

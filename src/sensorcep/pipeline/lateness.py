@@ -74,9 +74,9 @@ def late_event_writer(
     at or before the watermark Spark's late-row filter used in this batch) to ``late_events``, exactly once; rejected
     records, if the stream has them, to ``quarantine_events`` (merged on their Kafka coordinates).
 
-    A batch with no row to keep (most batches of a stateful query, e.g. those that only move the watermark) ends
-    after the one job that computes it: its sinks are not asked (each would run a job to find nothing, measured at
-    several seconds a batch for the alert lifecycle on 2 cores).
+    One job computes the batch and counts its output, late and rejected rows; a sink with nothing to write is not
+    asked (each ran a job to find nothing: several seconds a batch for the alert lifecycle on 2 cores). A batch with no
+    row to keep (most batches of a stateful query, e.g. those that only move the watermark) ends there.
 
     ``input_repeats``: the query's input is read at least once (the alerts topic behind the alert lifecycle), so the
     same late event can arrive twice: it is kept once (:func:`not_held`). Bronze, the others' input, holds each event
@@ -91,37 +91,46 @@ def late_event_writer(
             keep = keep | F.col("_bad").isNotNull()
         kept = batch.where(keep).persist()
         try:
-            if kept.count() == 0:  # every partition computed once: the operator's state commits here
-                return  # no output, late or rejected row: every sink would get nothing (its table exists already)
-            write_output(kept.where(F.col("_out").isNotNull()).select("_out.*"), batch_id)
-            late = kept.where(F.col("_in").isNotNull()).select(
-                F.lit(settings.query_name(query)).alias("query"),
-                *[F.col(f"_in.{name}").alias(name) for name in EVENT_FIELDS],
-                mark.alias("watermark"),
-                ((F.lit(mark_ms * 1000) - F.unix_micros("_in.event_time")) / 1e6).alias("late_by_s"),
-                F.lit(batch_id).cast("long").alias("batch_id"),
-                F.to_date("_in.event_time").alias("part_date"),
-            )
-            # with input_repeats, the append follows a read of late_events: another query's append to a partition
-            # it read fails it (Delta's conflict check), and it is simply done again (the batch id keeps it once)
-            delta.retry_first_commit_race(
-                lambda: lake.append_batch(
-                    not_held(late, lake, settings.query_name(query)) if input_repeats else late,
-                    "late_events",
-                    writer_id(settings, query, "late"),
-                    batch_id,
-                    ["part_date"],
-                ),
-                attempts=5,
-                codes=delta.CONCURRENT_APPEND,
-            )
-            if "_bad" in kept.columns:
-                bad = parsing.quarantine_rows(kept.where(F.col("_bad").isNotNull()).select("_bad.*"))
-                lake.merge_new_rows(bad, "quarantine_events", parsing.RECORD_KEY, ["part_date"])
+            # one job computes every partition (the operator's state commits here) and counts each kind of kept row:
+            # a sink with nothing to write is not asked (its table exists already)
+            kinds = [c for c in ("_out", "_in", "_bad") if c in kept.columns]
+            counts = kept.agg(*[F.count(c).alias(c) for c in kinds]).first().asDict()
+            if counts["_out"]:
+                write_output(kept.where(F.col("_out").isNotNull()).select("_out.*"), batch_id)
+            if counts["_in"]:  # a kept input row is a late one: its event time is at or before the mark
+                late = kept.where(F.col("_in").isNotNull()).select(
+                    F.lit(settings.query_name(query)).alias("query"),
+                    *[F.col(f"_in.{name}").alias(name) for name in EVENT_FIELDS],
+                    mark.alias("watermark"),
+                    ((F.lit(mark_ms * 1000) - F.unix_micros("_in.event_time")) / 1e6).alias("late_by_s"),
+                    F.lit(batch_id).cast("long").alias("batch_id"),
+                    F.to_date("_in.event_time").alias("part_date"),
+                )
+                # with input_repeats, the append follows a read of late_events: another query's append to a partition
+                # it read fails it (Delta's conflict check), and it is simply done again (the batch id keeps it once)
+                delta.retry_first_commit_race(
+                    lambda: lake.append_batch(
+                        not_held(late, lake, settings.query_name(query)) if input_repeats else late,
+                        "late_events",
+                        writer_id(settings, query, "late"),
+                        batch_id,
+                        ["part_date"],
+                    ),
+                    attempts=5,
+                    codes=delta.CONCURRENT_APPEND,
+                )
+            if counts.get("_bad"):
+                _quarantine(kept, lake)
         finally:
             kept.unpersist()
 
     return write
+
+
+def _quarantine(kept: DataFrame, lake: Tables) -> None:
+    """The batch's rejected records -> ``quarantine_events`` (merged on their Kafka coordinates)."""
+    bad = parsing.quarantine_rows(kept.where(F.col("_bad").isNotNull()).select("_bad.*"))
+    lake.merge_new_rows(bad, "quarantine_events", parsing.RECORD_KEY, ["part_date"])
 
 
 def not_held(late: DataFrame, lake: Tables, query_name: str) -> DataFrame:
