@@ -120,17 +120,12 @@ def late_event_writer(
                     codes=delta.CONCURRENT_APPEND,
                 )
             if counts.get("_bad"):
-                _quarantine(kept, lake)
+                bad = parsing.quarantine_rows(kept.where(F.col("_bad").isNotNull()).select("_bad.*"))
+                lake.merge_new_rows(bad, "quarantine_events", parsing.RECORD_KEY, ["part_date"])
         finally:
             kept.unpersist()
 
     return write
-
-
-def _quarantine(kept: DataFrame, lake: Tables) -> None:
-    """The batch's rejected records -> ``quarantine_events`` (merged on their Kafka coordinates)."""
-    bad = parsing.quarantine_rows(kept.where(F.col("_bad").isNotNull()).select("_bad.*"))
-    lake.merge_new_rows(bad, "quarantine_events", parsing.RECORD_KEY, ["part_date"])
 
 
 def not_held(late: DataFrame, lake: Tables, query_name: str) -> DataFrame:
