@@ -1,10 +1,10 @@
 """The project's Delta tables, declared once: name, columns and types, partitioning, key, and who writes them.
 
 ``settings.TABLES`` (the names), the columns an extra event field may not shadow (``settings.RESERVED_COLUMNS``) and
-the step that creates every table up front (:func:`sensorcep.io.lake.Tables.create_all`, run before a job's or a
-notebook's first query starts) derive from :data:`DECLARED`. The streaming queries declare what they write
-(``queries.declare(writes=...)``); ``tests/unit/test_schemas.py`` checks that each table's ``written_by`` is exactly
-the queries that declare it.
+the step that creates the tables a query writes before it starts (:func:`sensorcep.pipeline.streaming.create_tables`,
+through :meth:`sensorcep.io.lake.Tables.create`) derive from :data:`DECLARED`. The streaming queries declare what
+they write (``queries.declare(writes=...)``); ``tests/unit/test_schemas.py`` checks that each table's ``written_by``
+is exactly the queries that declare it.
 
 A table with ``columns=None`` is written whole by one step (the devices dimension, the rules, tuning results) and
 created by that write. Every other table is created with its columns before anything writes it: four queries append

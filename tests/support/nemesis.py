@@ -16,8 +16,9 @@ progress, not by time:
 * ``stop_alerts``: a stop and restart of the real-time alert query;
 * ``second_writer``: a second run of the job while the first runs: it must fail at once, naming the first.
 
-Then one clean run drains everything, and :func:`verify` checks exact equality against what the producer got
-acknowledged and against the oracle. ``tests/test_nemesis.py`` runs it in the suite; for release checks::
+Then the run alive at the end (else a fresh one) drains everything with no fault, and :func:`verify` checks exact
+equality against what the producer got acknowledged and against the oracle. ``tests/fault/test_nemesis.py`` runs it
+in the suite; for release checks::
 
     make nemesis SEED=7 KILLS=60          # or: .venv/bin/python tests/support/nemesis.py --seed 7 --kills 60
 """
@@ -25,6 +26,7 @@ acknowledged and against the oracle. ``tests/test_nemesis.py`` runs it in the su
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -45,8 +47,9 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the support packag
 from sensorcep.local import broker  # noqa: E402
 from sensorcep.pipeline import alerts  # noqa: E402
 from sensorcep.settings import Settings  # noqa: E402
+from support.nemesis_driver import DRAIN_FLAG  # noqa: E402
 from support.oracle import reference_samples  # noqa: E402
-from support.streams import delta_frame, oracle_rows, sample_rows, topic_end_offsets, topic_records  # noqa: E402
+from support.streams import delta_frame, oracle_rows, sample_tuples, topic_end_offsets, topic_records  # noqa: E402
 
 DRIVER = Path(__file__).with_name("nemesis_driver.py")
 START = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
@@ -106,8 +109,8 @@ def suite_plan(seed: int) -> list[Action]:
     rng = random.Random(seed)
     actions = [Action("point", _point(kind, rng.choice(targets), 1)) for kind, targets in SUITE.items()]
     rng.shuffle(actions)
-    # one run holds the actions that do not end it, then the sink kill ends it
-    return actions + [Action("stop_alerts", "1"), Action("second_writer"), Action("broker"), Action("sink")]
+    # the sink kill ends a run; the next holds the actions that do not end it, and then drains
+    return actions + [Action("sink"), Action("stop_alerts", "1"), Action("second_writer"), Action("broker")]
 
 
 def plan(seed: int, kills: int) -> list[Action]:
@@ -396,12 +399,17 @@ class Nemesis:
             self.log(f"{index + 1:>3} {time.monotonic() - started:6.0f} s  {str(action):40} {outcome}")
         self.producer.stop()
         self.acknowledged = self.producer.acknowledged
-        if self.driver is not None:
-            self.outcomes.append(("final stop", f"exit {self.driver.kill()}"))
-        self.driver = Driver(self.params, "drain", self.log)
+        (Path(self.settings.base_path).parent / DRAIN_FLAG).touch()  # every run from now on drains and exits 0
+        if self.driver is not None and self.driver.proc.poll() is not None:  # the last run failed on the broker
+            self.outcomes.append(("final stop", f"exit {self.driver.end(10)}"))
+            self.driver = None
+        draining = "the last run" if self.driver is not None else "a fresh run"
+        if self.driver is None:
+            self.driver = Driver(self.params, "drain", self.log)
         code = self.driver.end(900)
         assert code == 0, f"the final run failed (exit {code}):\n{self.driver.errors()}"
-        self.log(f"    {time.monotonic() - started:6.0f} s  drained: exit 0")
+        self.outcomes.append(("drain", f"{draining} drained everything and stopped: exit 0"))
+        self.log(f"    {time.monotonic() - started:6.0f} s  {draining} drained: exit 0")
         return self.outcomes
 
     def _running(self, point: str | None = None) -> Driver:
@@ -493,24 +501,70 @@ class Nemesis:
 
 
 # ---------------------------------------------------------------------------------------------------- the verdict
-def _frame(settings: Settings, table: str, columns: list[str] | None = None) -> pd.DataFrame:
-    from sensorcep.io import delta
-    from sensorcep.runtime import get_spark
+#: an alert_events row as the lifecycle decides it (event_id, pages, actor, detail and batch_id aside)
+TRANSITION_COLUMNS = ["incident_id", "rule_id", "device_id", "transition", "at", "cause_id", "state", "alerts"]
+ANOMALY_COLUMNS = ["alert_id", "rule_id", "device_id", "event_time"]
+RECORD = ["topic", "partition", "offset"]
+#: the tables the verdict judges, and the columns it reads of each
+JUDGED = {
+    "bronze_events": [*RECORD, "device_id", "sensor_freq", "event_time"],
+    "quarantine_events": RECORD,
+    "duplicate_events": RECORD,
+    "late_events": ["query", "device_id", "event_time", "watermark", "late_by_s", "batch_id"],
+    "sensor_samples": ["window_start", "window_end", "device_id", "sensor_freq", "event_time", "roles", "is_anomalous"],
+    "anomalies": ANOMALY_COLUMNS,
+    "alert_escalations": ["alert_id"],
+    "alert_events": ["event_id", *TRANSITION_COLUMNS, "batch_id"],
+    "device_status": ["device_id", "status_event", "status", "changed_at", "event_count"],
+    "stream_progress": ["query_name", "batch_id", "rows_dropped_by_watermark"],
+}
 
-    path = settings.table_path(table)
-    if not delta.table_exists(path, get_spark()):
-        return pd.DataFrame(columns=columns or [])
-    return delta_frame(path, columns)
+
+@dataclass(frozen=True)
+class Drained:
+    """What the verdict judges, read once: the judged columns of every table (empty where the run never created it)
+    and every record of the events and alerts topics. The verifier's own test plants its bugs in a copy
+    (:meth:`with_table`), so each planted bug costs a judgement, not a Delta write, a read of everything and a
+    restore."""
+
+    tables: dict[str, pd.DataFrame]
+    events: list[tuple]
+    alerts: list[tuple]
+
+    @classmethod
+    def read(cls, settings: Settings) -> Drained:
+        from sensorcep.io import delta
+        from sensorcep.runtime import get_spark
+
+        spark, bootstrap = get_spark(), settings.kafka_bootstrap_servers
+        tables = {}
+        for table, columns in JUDGED.items():
+            path = settings.table_path(table)
+            found = delta.table_exists(path, spark)
+            tables[table] = delta_frame(path, columns) if found else pd.DataFrame(columns=columns)
+        events, alerts = (topic_records(bootstrap, t) for t in (settings.events_topic, settings.alerts_topic))
+        return cls(tables, events, alerts)
+
+    def frame(self, table: str) -> pd.DataFrame:
+        return self.tables[table].copy()
+
+    def with_table(self, table: str, frame: pd.DataFrame) -> Drained:
+        return dataclasses.replace(self, tables={**self.tables, table: frame})
 
 
 def verify(settings: Settings, acknowledged: dict) -> dict[str, int]:
-    """Exact checks over the drained tables; raises AssertionError naming the first difference. Returns counts."""
-    bootstrap, topic = settings.kafka_bootstrap_servers, settings.events_topic
-    in_topic = {(p, o) for p, o, _, _ in topic_records(bootstrap, topic)}
+    """Exact checks over the drained tables and topics; raises AssertionError naming the first difference. Returns
+    counts."""
+    return judge(settings, Drained.read(settings), acknowledged)
+
+
+def judge(settings: Settings, drained: Drained, acknowledged: dict) -> dict[str, int]:
+    """:func:`verify`'s checks over what was read (:class:`Drained`)."""
+    in_topic = {(p, o) for p, o, _, _ in drained.events}
     assert set(acknowledged) <= in_topic, "an acknowledged record is not in the topic"
     where: dict[tuple, str] = {}
     for table in ("bronze_events", "quarantine_events", "duplicate_events"):
-        frame = _frame(settings, table, ["topic", "partition", "offset"])
+        frame = drained.frame(table)
         for p, o in zip(frame.partition, frame.offset, strict=True):
             assert (p, o) not in where, f"record {(p, o)} is in {where.get((p, o))} and in {table}"
             where[(p, o)] = table
@@ -529,8 +583,8 @@ def verify(settings: Settings, acknowledged: dict) -> dict[str, int]:
     wrong = {c: (r.kind, where[c]) for c, r in acknowledged.items() if where[c] != expected_table[r.kind]}
     assert not wrong, f"{len(wrong)} records in the wrong table, e.g. {list(wrong.items())[:3]}"
 
-    bronze = _frame(settings, "bronze_events", ["device_id", "sensor_freq", "event_time"])
-    late = _frame(settings, "late_events", ["query", "device_id", "event_time", "watermark", "late_by_s", "batch_id"])
+    bronze = drained.frame("bronze_events")
+    late = drained.frame("late_events")
     for query, rows in late.groupby("query"):
         assert not rows.duplicated(["device_id", "event_time"]).any(), f"{query}: a late event recorded twice"
         assert (rows.late_by_s >= 0).all(), f"{query}: a late event after the watermark it missed"
@@ -550,7 +604,7 @@ def verify(settings: Settings, acknowledged: dict) -> dict[str, int]:
     want = oracle_rows(
         reference_samples([batch], settings.window_seconds, settings.slide_seconds, settings.watermark_seconds)
     )
-    got = sample_rows(settings)
+    got = sample_tuples(drained.frame("sensor_samples"))
     assert len(got) == len(set(got)), "a sample row twice"
     assert got == want, f"sensor_samples differs from the oracle: {len(set(got) ^ set(want))} rows differ"
 
@@ -560,15 +614,15 @@ def verify(settings: Settings, acknowledged: dict) -> dict[str, int]:
         alerts.alert_id(d, pd.Timestamp(t).value // 1000, rule)
         for d, t in zip(anomalous.device_id, anomalous.event_time, strict=True)
     }
-    anomalies = _frame(settings, "anomalies", ["alert_id"])
+    anomalies = drained.frame("anomalies")
     assert not anomalies.alert_id.duplicated().any(), "anomalies: an alert_id twice"
     assert set(anomalies.alert_id) == expected_ids, "anomalies differ from the anomalous events in bronze"
-    alerted = {json.loads(v)["alert_id"] for _, _, _, v in topic_records(bootstrap, settings.alerts_topic)}
+    alerted = {json.loads(v)["alert_id"] for _, _, _, v in drained.alerts}
     assert expected_ids <= alerted, f"{len(expected_ids - alerted)} anomalies never reached the alerts topic"
-    escalations = _frame(settings, "alert_escalations", ["alert_id"])
+    escalations = drained.frame("alert_escalations")
     assert not escalations.alert_id.duplicated().any(), "alert_escalations: an alert_id twice"
     assert set(escalations.alert_id) <= expected_ids, "an escalation of no anomaly"
-    events = _frame(settings, "alert_events", ["event_id", *TRANSITION_COLUMNS, "batch_id"])
+    events = drained.frame("alert_events")
     assert not events.event_id.duplicated().any(), "alert_events: a transition recorded twice"
     escalated = events[events.transition == "escalated"]
     assert not escalated.incident_id.duplicated().any(), "alert_events: an incident escalated twice"
@@ -578,10 +632,10 @@ def verify(settings: Settings, acknowledged: dict) -> dict[str, int]:
     )
     assert not lost, f"alert_escalations lost {len(lost)} escalation(s) alert_events recorded, e.g. {sorted(lost)[:3]}"
     assert not extra, f"alert_escalations holds {len(extra)} escalation(s) alert_events never recorded"
-    _judge_lifecycle(settings, _frame(settings, "anomalies", ANOMALY_COLUMNS), late, events)
-    _judge_device_status(settings, bronze, late)
+    _judge_lifecycle(settings, drained.frame("anomalies"), late, events)
+    _judge_device_status(settings, drained.frame("device_status"), bronze, late)
 
-    progress = _frame(settings, "stream_progress", ["query_name", "batch_id", "rows_dropped_by_watermark"])
+    progress = drained.frame("stream_progress")
     dropped = progress[pd.to_numeric(progress.rows_dropped_by_watermark).fillna(0) > 0]
     first_late = late.groupby("query").batch_id.min().to_dict() if len(late) else {}
     held = set(zip(late["query"], late.batch_id, strict=True)) if len(late) else set()
@@ -605,11 +659,6 @@ def verify(settings: Settings, acknowledged: dict) -> dict[str, int]:
         "anomalies": len(expected_ids),
         "escalations": len(escalations),
     }
-
-
-#: an alert_events row as the lifecycle decides it (event_id, pages, actor, detail and batch_id aside)
-TRANSITION_COLUMNS = ["incident_id", "rule_id", "device_id", "transition", "at", "cause_id", "state", "alerts"]
-ANOMALY_COLUMNS = ["alert_id", "rule_id", "device_id", "event_time"]
 
 
 def _us(t) -> int:
@@ -694,10 +743,9 @@ def _judge_late_watermarks(settings: Settings, late: pd.DataFrame) -> int:
     return judged
 
 
-def _judge_device_status(settings: Settings, bronze: pd.DataFrame, late: pd.DataFrame) -> None:
+def _judge_device_status(settings: Settings, status: pd.DataFrame, bronze: pd.DataFrame, late: pd.DataFrame) -> None:
     """``device_status``: each device's first row is its one ``device_first_seen``, its statuses alternate online and
     offline (no change twice, none lost between two), and every device with an event device activity took has one."""
-    status = _frame(settings, "device_status", ["device_id", "status_event", "status", "changed_at", "event_count"])
     assert not status.duplicated().any(), "device_status: a status change recorded twice"
     for device, rows in status.sort_values(["changed_at", "event_count"]).groupby("device_id"):
         changes = list(rows.status_event)

@@ -22,7 +22,8 @@ arms one fault inside the process; each is reached or the run never dies by itse
   then stop cleanly and exit 0.
 
 A line ``reached <point>`` is printed before a kill. Without ``point`` the job runs until the nemesis kills it from
-outside (or for 10 minutes).
+outside (or for 10 minutes). Any run drains and exits 0 once the nemesis asks it to (:data:`DRAIN_FLAG`, after the
+fleet stopped): the run alive at the end of the plan drains, instead of a fresh run that first starts every task.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ FILE_POINTS = {"offset_log": "offsets", "commit_log": "commits", "state_commit":
 #: the fault run's tables write a Delta checkpoint every 2 commits (Delta's default is 10): on a 2-core CI machine the
 #: job commits bronze about 5 times in 4 minutes, so at 10 the point was not reached
 CHECKPOINT_INTERVAL = 2
+#: the file (beside the run's ``base_path``) by which the nemesis asks a run to drain and exit
+DRAIN_FLAG = "drain-now"
 
 
 def die(point: str) -> None:
@@ -133,12 +136,32 @@ def arm(spark, point: str | None, on_write) -> None:
     Tables.write = wrap(Tables.write)
 
 
+def drain_when_asked(spark, settings):
+    """The run's stop condition: none until :data:`DRAIN_FLAG` appears, then :func:`support.streams.drained` over the
+    topics' ends as they are then (the fleet has stopped), and over the queries running now (a ``stop_alerts`` run
+    started its alert query again: the job's list still holds the stopped one)."""
+    from support.streams import drained
+
+    flag = Path(settings.base_path).parent / DRAIN_FLAG
+    done = None
+
+    def until(queries) -> bool:
+        nonlocal done
+        if done is None:
+            if not flag.exists():
+                return False
+            done = drained(settings)
+        running = {q.name: q for q in queries} | {q.name: q for q in spark.streams.active}
+        return done(list(running.values()))
+
+    return until
+
+
 def main() -> None:
     from sensorcep.local import jobs
     from sensorcep.pipeline import registry
     from sensorcep.runtime import get_spark
     from sensorcep.settings import Settings
-    from support.streams import drained
 
     params = json.loads(sys.argv[1])
     point = sys.argv[2] if len(sys.argv) > 2 else None
@@ -162,8 +185,10 @@ def main() -> None:
     arm(spark, point, on_write)
     if point and point.split(":")[0] in FILE_POINTS:
         watch_files(point, settings)
-    until = drained(settings) if point == "drain" else None
+    until = drain_when_asked(spark, settings)
     jobs.run_always_on(params=params, until=until, minutes=10, every_s=3600, out=lambda line: None, spark=spark)
+    for query in spark.streams.active:  # the alert query a stop_alerts run started again, which the job does not list
+        query.stop()
     print("completed", flush=True)
 
 

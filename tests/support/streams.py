@@ -60,7 +60,11 @@ def delta_version(path: str) -> int:
 
 def sample_rows(settings) -> list[tuple]:
     """``sensor_samples`` as comparable tuples, in the oracle's integer time units."""
-    table = delta_frame(settings.table_path("sensor_samples"))
+    return sample_tuples(delta_frame(settings.table_path("sensor_samples")))
+
+
+def sample_tuples(table: pd.DataFrame) -> list[tuple]:
+    """``sensor_samples`` rows (a frame of the table) as comparable tuples, in the oracle's integer time units."""
     us = lambda t: pd.Timestamp(t).value // 1000  # noqa: E731 - naive or UTC, both mean UTC here
     return sorted(
         (
