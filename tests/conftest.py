@@ -11,7 +11,9 @@ A test's tier is the directory it lives in, and its marker comes from there (``p
 
 A test that asks for more than its tier allows (a unit test asking for ``spark``) is a collection error, so the
 tiers stay true. The broker starts only when a selected test needs it; the notebooks find it, a temporary base path
-and a small simulated data set through ``SENSORCEP_*`` environment variables.
+and a small simulated data set through ``SENSORCEP_*`` environment variables. 01, 02 and the backtest notebook run as
+Spark Connect clients of the worker's session (:data:`CONNECT_NOTEBOOKS`), the others in a classic session of their
+own.
 """
 
 from __future__ import annotations
@@ -148,8 +150,13 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(scope="session")
 def spark():
-    """The test session; it also serves Spark Connect on ``CONNECT_PORT`` (the variable is set only while it starts:
-    the notebooks' kernels start their own sessions and must not bind the port again)."""
+    """The test session; it also serves Spark Connect on ``CONNECT_PORT``."""
+    return _serving_session()
+
+
+def _serving_session():
+    """The worker's one session, serving Spark Connect (the port variable is set only while it starts: the notebooks'
+    kernels that start sessions of their own must not bind the port again)."""
     from sensorcep.local.session import CONNECT_PORT_ENV
     from sensorcep.runtime import get_spark
 
@@ -158,6 +165,25 @@ def spark():
         return get_spark()
     finally:
         del os.environ[CONNECT_PORT_ENV]
+
+
+#: the notebooks that run as Spark Connect clients of the worker's session: serverless' and standard access mode's
+#: path, proven on the notebooks themselves, and no cold JVM of their own (measured: a fresh JVM costs ~17 s before its
+#: first Delta read returns, benchmarks/results/cold_start.md). 03 and 05 run the real-time alert query, which
+#: open-source Spark Connect cannot ask for (runtime.set_trigger), and 04's study reads its counts in the notebook's
+#: process (a Connect client's foreachBatch runs in the server's): they start a classic session of their own.
+CONNECT_NOTEBOOKS = {"01_ingest.ipynb", "02_sampling_state.ipynb", "backtest_rules.ipynb"}
+
+
+def pytest_runtest_setup(item):
+    if item.path.name in CONNECT_NOTEBOOKS:
+        _serving_session()
+        os.environ["SPARK_REMOTE"] = f"sc://localhost:{CONNECT_PORT}"  # the kernel nbmake starts inherits it
+
+
+def pytest_runtest_teardown(item):
+    if item.path.name in CONNECT_NOTEBOOKS:
+        os.environ.pop("SPARK_REMOTE", None)
 
 
 @pytest.fixture(scope="session")
