@@ -11,9 +11,9 @@ A test's tier is the directory it lives in, and its marker comes from there (``p
 
 A test that asks for more than its tier allows (a unit test asking for ``spark``) is a collection error, so the
 tiers stay true. The broker starts only when a selected test needs it; the notebooks find it, a temporary base path
-and a small simulated data set through ``SENSORCEP_*`` environment variables. 01, 02 and the backtest notebook run as
-Spark Connect clients of the worker's session (:data:`CONNECT_NOTEBOOKS`), the others in a classic session of their
-own.
+and a small simulated data set through ``SENSORCEP_*`` environment variables. 01, 02, 04 and the backtest notebook
+run as Spark Connect clients of the worker's session (:data:`CONNECT_NOTEBOOKS`), 03 and 05 in a classic session of
+their own.
 """
 
 from __future__ import annotations
@@ -170,9 +170,8 @@ def _serving_session():
 #: the notebooks that run as Spark Connect clients of the worker's session: serverless' and standard access mode's
 #: path, proven on the notebooks themselves, and no cold JVM of their own (measured: a fresh JVM costs ~17 s before its
 #: first Delta read returns, benchmarks/results/cold_start.md). 03 and 05 run the real-time alert query, which
-#: open-source Spark Connect cannot ask for (runtime.set_trigger), and 04's study reads its counts in the notebook's
-#: process (a Connect client's foreachBatch runs in the server's): they start a classic session of their own.
-CONNECT_NOTEBOOKS = {"01_ingest.ipynb", "02_sampling_state.ipynb", "backtest_rules.ipynb"}
+#: open-source Spark Connect cannot ask for (runtime.set_trigger): they start a classic session of their own.
+CONNECT_NOTEBOOKS = {"01_ingest.ipynb", "02_sampling_state.ipynb", "04_state_tuning.ipynb", "backtest_rules.ipynb"}
 
 
 def pytest_runtest_setup(item):

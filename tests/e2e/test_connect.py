@@ -87,3 +87,32 @@ def test_the_pipeline_through_spark_connect_writes_what_the_classic_session_writ
         "alert_lifecycle",
     }
     assert (progress.groupby("query_name").num_input_rows.sum() > 0).all()
+
+
+#: 04's study as a Spark Connect client runs it: its foreachBatch runs in the server's Python worker
+TUNING_CLIENT = """
+import json, sys
+from sensorcep import tuning
+from sensorcep.runtime import get_spark, is_connect
+from sensorcep.settings import Settings
+spark = get_spark()
+assert is_connect(spark), type(spark)
+workload = tuning.Workload(events=3_000, devices=20, rate=25, batch=1_000)
+table = tuning.run_matrix(spark, Settings(**json.loads(sys.argv[1])), [("window_counts", "hdfs")], workload)
+print(json.dumps(table[["batches", "input_rows", "events_per_s", "output_rows"]].to_dict("records")))
+"""
+
+
+def test_the_tuning_study_through_spark_connect_counts_the_rows_it_ran(spark, settings, tmp_path):
+    params = json.dumps({"base_path": str(tmp_path), "schema": settings.schema})
+    client = subprocess.run(
+        [sys.executable, "-c", TUNING_CLIENT, params],
+        env={**os.environ, "SPARK_REMOTE": f"sc://localhost:{CONNECT_PORT}"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert client.returncode == 0, client.stderr[-4000:]
+    [row] = json.loads(client.stdout.strip().splitlines()[-1])
+    assert (row["batches"], row["input_rows"]) == (3, 3_000), row  # the progress' rows, which Connect's JSON omits
+    assert row["events_per_s"] > 0 and row["output_rows"] > 0, row  # the output, counted where the batches ran

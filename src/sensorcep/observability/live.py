@@ -11,7 +11,7 @@ from datetime import datetime
 import pandas as pd
 
 from sensorcep.io.kafka import last_records
-from sensorcep.observability.progress import offsets_behind, progress_row
+from sensorcep.observability.progress import offsets_behind, progress_dict, progress_row
 from sensorcep.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ def progress_line(query) -> str:
     last = query.lastProgress
     if last is None:
         return f"{query.name:<16} {query.status.get('message', '')}"
-    progress = json.loads(last.json)
+    progress = progress_dict(last)
     row = progress_row(progress)
     behind = offsets_behind(progress)
     return (
@@ -44,7 +44,7 @@ def live_table(queries):
     rows = []
     for query in queries:
         last = query.lastProgress
-        row = progress_row(json.loads(last.json)) if last is not None else {}
+        row = progress_row(progress_dict(last)) if last is not None else {}
         status = query.status if query.isActive else {"message": "stopped"}
         rows.append(
             [

@@ -42,6 +42,26 @@ def _ts(text: str | None):
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+#: the figures Spark derives from a progress' sources, which a Spark Connect client's progress JSON leaves out (its
+#: ``StreamingQueryProgress`` still has them as attributes)
+DERIVED = ("numInputRows", "inputRowsPerSecond", "processedRowsPerSecond")
+
+
+def progress_dict(progress) -> dict:
+    """A ``StreamingQueryProgress`` (a classic session's or a Spark Connect client's) as the dict of its JSON, in the
+    classic form: with the figures of :data:`DERIVED` that a Connect client's JSON omits, and each observed metric as
+    ``{field: value}`` (a Connect client's JSON gives ``{"values": [...], "schema": {...}}``)."""
+    found = json.loads(progress.json)
+    for key in DERIVED:
+        if key not in found:
+            found[key] = getattr(progress, key)
+    for name, metric in (found.get("observedMetrics") or {}).items():
+        if isinstance(metric, dict) and set(metric) == {"values", "schema"}:
+            fields = [field["name"] for field in metric["schema"]["fields"]]
+            found["observedMetrics"][name] = dict(zip(fields, metric["values"], strict=True))
+    return found
+
+
 def progress_row(progress: dict) -> dict:
     """One StreamingQueryProgress (as a dict) -> one ``stream_progress`` row."""
     ops = progress.get("stateOperators") or []

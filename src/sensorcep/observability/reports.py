@@ -3,7 +3,6 @@ plots, and Spark's state data sources."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pandas as pd
@@ -11,7 +10,7 @@ import pandas as pd
 from sensorcep import runtime
 from sensorcep.io.lake import Tables
 from sensorcep.observability.plots import plot_query_progress
-from sensorcep.observability.progress import PROGRESS_SCHEMA, progress_row
+from sensorcep.observability.progress import PROGRESS_SCHEMA, progress_dict, progress_row
 from sensorcep.settings import Settings
 
 
@@ -28,7 +27,7 @@ def progress_frame(
 ):
     """A query's recent progress as a small pandas table (one row per micro-batch)."""
 
-    rows = [progress_row(json.loads(p.json)) for p in query.recentProgress]
+    rows = [progress_row(progress_dict(p)) for p in query.recentProgress]
     return pd.DataFrame(rows, columns=list(columns)) if rows else pd.DataFrame(columns=list(columns))
 
 

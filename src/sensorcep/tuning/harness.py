@@ -18,7 +18,7 @@ import pandas as pd
 from pyspark.sql import functions as F
 
 from sensorcep.io.lake import Tables
-from sensorcep.observability.progress import progress_row
+from sensorcep.observability.progress import progress_dict, progress_row
 from sensorcep.pipeline.sampling import sample_stream
 from sensorcep.pipeline.streaming import query_conf
 from sensorcep.runtime import is_databricks
@@ -49,20 +49,29 @@ def _query(name: str, events, settings: Settings):
     )
 
 
+#: the observed metric that counts each batch's output rows (a Spark Connect client's ``foreachBatch`` runs in the
+#: server's Python worker: a counter in this process would never move)
+OUTPUT = "tuning_output"
+
+
+def _observed(progress: dict) -> dict:
+    return (progress.get("observedMetrics") or {}).get(OUTPUT) or {}
+
+
+def _consume(batch, _batch_id) -> None:
+    batch.count()  # the batch computed (and its state committed): the study's sink
+
+
 def run_configuration(spark, query: str, preset: Preset, source: str, work: str, settings: Settings) -> dict:
     """Run ``query`` over the batch files in ``source`` under ``preset``; one tidy result row."""
     validate_conf(spark, preset.conf)
-    output_rows = {"n": 0}
-
-    def count(batch, batch_id):
-        output_rows["n"] += batch.count()
-
     with query_conf(spark, dict(preset.conf)):
         events = workload_stream(spark, source)
         started = time.perf_counter()
         running = (
             _query(query, events, settings)
-            .writeStream.foreachBatch(count)
+            .observe(OUTPUT, F.count(F.lit(1)).alias("rows"))  # counted where the batch runs: Connect's too
+            .writeStream.foreachBatch(_consume)
             .outputMode("append")
             .option("checkpointLocation", f"{work}/ckpt-{query}-{preset.name}")
             .trigger(**parse_trigger(preset.trigger))
@@ -73,7 +82,7 @@ def run_configuration(spark, query: str, preset: Preset, source: str, work: str,
         finally:
             running.stop()
         wall_s = time.perf_counter() - started
-        progress = [json.loads(p.json) for p in running.recentProgress]
+        progress = [progress_dict(p) for p in running.recentProgress]
     return {
         "query": query,
         "preset": preset.name,
@@ -81,7 +90,7 @@ def run_configuration(spark, query: str, preset: Preset, source: str, work: str,
         "trigger": preset.trigger,
         "description": preset.description,
         **summarize(progress),
-        "output_rows": output_rows["n"],
+        "output_rows": sum(_observed(p).get("rows") or 0 for p in progress),
         "wall_s": round(wall_s, 1),
         "conf": json.dumps(dict(preset.conf), sort_keys=True),
     }
