@@ -28,7 +28,7 @@ jars: check-java
 	@$(PY) -m sensorcep jars
 
 check-java: venv
-	@$(PY) -c 'from sensorcep.local.session import check_java, JavaMissingError as E; import sys;\
+	@$(PY) -c 'from sensorcep.local.java import check_java, JavaMissingError as E; import sys;\
 	exec("try: check_java()\nexcept E as e: sys.exit(str(e))")'
 
 check-chromium:  # the tests render the run's HTML report in a real browser, headless

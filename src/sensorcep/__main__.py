@@ -11,7 +11,7 @@ from pathlib import Path
 from sensorcep import config_docs
 from sensorcep.errors import SensorCepError
 from sensorcep.io.kafka import client_config
-from sensorcep.local import broker, jars, simulator
+from sensorcep.local import broker, class_archive, jars, simulator
 from sensorcep.local.jobs import ALWAYS_ON_JOB_KEY, JOB_KEY, run, run_always_on
 from sensorcep.local.summary import print_summary
 from sensorcep.observability.monitoring import stop_session
@@ -38,6 +38,7 @@ def cmd_jars(args) -> None:
 
     if not jars.fetch():
         print(f"JVM dependencies are up to date in {jars.JARS_DIR}")
+    class_archive.build()
 
 
 def cmd_broker(args) -> None:
@@ -183,7 +184,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sensorcep", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("jars", help="fetch the pinned JVM dependencies (jvm/pom.xml) with Maven, once")
+    p = sub.add_parser(
+        "jars",
+        help="fetch the pinned JVM dependencies (jvm/pom.xml) with Maven and build the JVM's class archive, once",
+    )
     p.set_defaults(func=cmd_jars)
 
     p = sub.add_parser("broker", help="the local Kafka broker (Apache Kafka, KRaft mode)")

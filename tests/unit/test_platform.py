@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sensorcep.local import broker, simulator
-from sensorcep.local.session import JavaMissingError, check_java
+from sensorcep.local.java import JavaMissingError, check_java
 
 
 def test_missing_java_is_one_clear_sentence(monkeypatch):

@@ -29,7 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from sensorcep.errors import SensorCepError
 from sensorcep.local.jars import broker_classpath
-from sensorcep.local.session import check_java
+from sensorcep.local.java import check_java
 from sensorcep.settings import LOCAL_BROKER, PROJECT_ROOT
 
 DEFAULT_DATA_DIR = PROJECT_ROOT / ".broker"

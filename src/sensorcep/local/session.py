@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 from importlib.metadata import version
@@ -21,17 +19,14 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from sensorcep.errors import SensorCepError
+from sensorcep.local import class_archive
 from sensorcep.local.jars import pinned_version, spark_jars
+from sensorcep.local.java import check_java
 from sensorcep.runtime import OSS_ROCKSDB_PROVIDER
 from sensorcep.settings import defaults, parse_pools
 
 #: environment variable the local job runner uses to hand job parameters to the widget stand-in
 PARAMS_ENV = "SENSORCEP_NOTEBOOK_PARAMS"
-
-
-class JavaMissingError(SensorCepError, RuntimeError):
-    pass
 
 
 #: task slots beyond the cores: a real-time-mode query holds one slot per source partition for as long as it
@@ -49,7 +44,7 @@ WAREHOUSE_ENV = "SENSORCEP_WAREHOUSE_DIR"
 def local_spark_conf(cores: int | None = None) -> dict[str, str]:
     cores = cores or os.cpu_count() or 2
     slots = cores + int(os.environ.get("SENSORCEP_EXTRA_TASK_SLOTS", EXTRA_TASK_SLOTS))
-    jvm_options = os.environ.get(JVM_OPTIONS_ENV, "").strip()
+    jvm_options = f"{os.environ.get(JVM_OPTIONS_ENV, '')} {class_archive.java_options()}".strip()
     warehouse = os.environ.get(WAREHOUSE_ENV, "").strip()
     return {
         **({"spark.driver.extraJavaOptions": jvm_options} if jvm_options else {}),
@@ -82,21 +77,6 @@ def local_spark_conf(cores: int | None = None) -> dict[str, str]:
         # with the other queries' beside them, so each batch compiled most of them again
         "spark.sql.codegen.cache.maxEntries": "1000",
     }
-
-
-def check_java() -> str:
-    """Return the java executable or raise one clear sentence."""
-    java_home = os.environ.get("JAVA_HOME")
-    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
-    if not java or not os.path.exists(java):
-        raise JavaMissingError(
-            "Java 17 was not found: install a JDK 17 (e.g. `apt-get install openjdk-17-jre-headless`) "
-            "or set JAVA_HOME, then run the command again."
-        )
-    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
-    if '"1.' in out or not any(f'"{v}' in out for v in ("17", "18", "19", "20", "21", "22", "23", "24", "25")):
-        raise JavaMissingError(f"Spark 4 needs Java 17 or newer; {java} reports: {out.splitlines()[0] if out else '?'}")
-    return java
 
 
 def connector_conf() -> dict[str, str]:

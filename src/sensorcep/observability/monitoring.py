@@ -13,9 +13,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from types import SimpleNamespace
 
 import pyarrow as pa
+from pyspark import SparkContext
 from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import JStreamingQueryListener
 
 from sensorcep.io.lake import Tables
 from sensorcep.io.tables import table
@@ -55,6 +58,14 @@ class DeltaProgressListener(StreamingQueryListener):
             self._wake.wait()
             self._wake.clear()
             self.flush()
+
+    @property
+    def _jlistener(self):
+        """The JVM side of the listener on a classic session: PySpark's, fed by :class:`_JsonProgressBridge` (Spark
+        Connect does not use it: its client hands over events parsed from JSON)."""
+        if not hasattr(self, "_jlistenerobj"):
+            self._jlistenerobj = SparkContext._jvm.PythonStreamingQueryListenerWrapper(_JsonProgressBridge(self))
+        return self._jlistenerobj
 
     def route(self, query_name: str, settings: Settings) -> None:
         with self._lock:
@@ -139,6 +150,26 @@ class DeltaProgressListener(StreamingQueryListener):
     def wait_terminated(self, run_id: str, timeout: float = 30.0) -> bool:
         """Until the listener has heard that the query run ``run_id`` ended (False: not within ``timeout``)."""
         return self._terminated.setdefault(str(run_id), threading.Event()).wait(timeout)
+
+
+class _JsonProgressBridge(JStreamingQueryListener):
+    """What the JVM calls on a classic session, handing the listener only what it reads: the progress' JSON and the
+    run id. PySpark's own bridge converts every event field by field first: hundreds of py4j calls per progress, and
+    each Java map it iterates ends in an exception that PySpark converts through a dozen failing class lookups over
+    the ~300 jars on the classpath (Java Flight Recorder, docs/decisions/0021-cold-starts-and-py4j.md: the test
+    JVM's CPU over tests/kafka/test_stateful_rules.py went from 239 s to 230 s)."""
+
+    def onQueryStarted(self, jevent) -> None:
+        self.pylistener.onQueryStarted(SimpleNamespace(runId=jevent.runId().toString()))
+
+    def onQueryProgress(self, jevent) -> None:
+        self.pylistener.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(json=jevent.progress().json())))
+
+    def onQueryIdle(self, jevent) -> None:
+        pass
+
+    def onQueryTerminated(self, jevent) -> None:
+        self.pylistener.onQueryTerminated(SimpleNamespace(runId=jevent.runId().toString()))
 
 
 def _append_progress(spark, settings: Settings, rows: list[dict]) -> None:

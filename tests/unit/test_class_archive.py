@@ -1,0 +1,28 @@
+"""The class archive's switch: the options that start a local session from it, only when it is there and on."""
+
+from sensorcep.local import class_archive
+
+
+def test_a_session_starts_from_the_archive_only_when_it_is_there_and_not_switched_off(tmp_path, monkeypatch):
+    archive = tmp_path / "spark-classes.jsa"
+    monkeypatch.setattr(class_archive, "ARCHIVE", archive)
+    monkeypatch.delenv(class_archive.SWITCH_ENV, raising=False)
+    assert class_archive.java_options() == "", "no archive: the JVM's own start"
+    archive.write_bytes(b"archive")
+    options = class_archive.java_options()
+    assert f"-XX:SharedArchiveFile={archive}" in options
+    assert "-Xshare:auto" in options, "an archive of another JDK is ignored, not an error"
+    monkeypatch.setenv(class_archive.SWITCH_ENV, "off")
+    assert class_archive.java_options() == ""
+
+
+def test_the_archive_is_stale_once_its_key_changes(tmp_path, monkeypatch):
+    monkeypatch.setattr(class_archive, "ARCHIVE", tmp_path / "spark-classes.jsa")
+    monkeypatch.setattr(class_archive, "KEY", tmp_path / "spark-classes.key")
+    monkeypatch.setattr(class_archive, "key", lambda: "jdk 17.0.15, pyspark 4.1.4")
+    assert not class_archive.is_current(), "none built yet"
+    class_archive.ARCHIVE.write_bytes(b"archive")
+    class_archive.KEY.write_text("jdk 17.0.15, pyspark 4.1.4")
+    assert class_archive.is_current()
+    monkeypatch.setattr(class_archive, "key", lambda: "jdk 21.0.5, pyspark 4.1.4")
+    assert not class_archive.is_current(), "another JDK: make jars builds it again"
