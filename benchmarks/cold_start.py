@@ -75,6 +75,8 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args.child)))
         return
+    if not class_archive.is_current():
+        sys.exit("the class archive is missing or older than this JDK and wheel: run `make jars` first")
     with tempfile.TemporaryDirectory(prefix="cold-start-") as folder:
         table = make_table(Path(folder))
         runs: dict[str, list[dict]] = {kind: [] for kind in KINDS}

@@ -26,3 +26,16 @@ def test_the_archive_is_stale_once_its_key_changes(tmp_path, monkeypatch):
     assert class_archive.is_current()
     monkeypatch.setattr(class_archive, "key", lambda: "jdk 21.0.5, pyspark 4.1.4")
     assert not class_archive.is_current(), "another JDK: make jars builds it again"
+
+
+def test_a_path_with_a_space_gets_no_archive_rather_than_a_jvm_that_cannot_start(tmp_path, monkeypatch, capsys):
+    """Spark's launcher splits the driver's JVM options on spaces: such a path would break every session."""
+    archive = tmp_path / "my checkout" / "spark-classes.jsa"
+    archive.parent.mkdir()
+    archive.write_bytes(b"archive")
+    monkeypatch.setattr(class_archive, "ARCHIVE", archive)
+    monkeypatch.setattr(class_archive, "KEY", archive.with_suffix(".key"))  # none: the archive is not current
+    monkeypatch.delenv(class_archive.SWITCH_ENV, raising=False)
+    assert class_archive.java_options() == ""
+    assert class_archive.build(quiet=True) is False
+    assert "holds a space" in capsys.readouterr().out

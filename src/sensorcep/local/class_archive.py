@@ -31,12 +31,18 @@ KEY = JARS_DIR / "spark-classes.key"
 USE = "-XX:SharedArchiveFile={archive} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 #: ``off``: sessions start without the archive (the JVM that dumps it; ``benchmarks/cold_start.py``'s baseline)
 SWITCH_ENV = "SENSORCEP_CLASS_ARCHIVE"
+#: what the JVM that dumps the archive does not inherit: it must start a classic local session
+NOT_INHERITED = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SENSORCEP_CONNECT_SERVER_PORT")
 
 
 def key() -> str:
-    """What the archive is bound to: the JDK (``java -version``), the pyspark wheel and its jars."""
+    """What the archive is bound to: the JDK (``java -version``), the pyspark wheel and each of its jars' name, size
+    and modification time (the JVM refuses an archive whose class path jars changed, e.g. in a recreated ``.venv``)."""
     jdk = subprocess.run([check_java(), "-version"], capture_output=True, text=True).stderr.strip()
-    jars = sorted(jar.name for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    jars = sorted(
+        f"{jar.name} {jar.stat().st_size} {jar.stat().st_mtime_ns}"
+        for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")
+    )
     digest = hashlib.sha256("\n".join([jdk, pyspark.__version__, *jars]).encode())
     return digest.hexdigest()
 
@@ -45,33 +51,51 @@ def is_current() -> bool:
     return ARCHIVE.exists() and KEY.exists() and KEY.read_text().strip() == key()
 
 
+def usable_path(path: Path) -> bool:
+    """Spark's launcher splits the driver's JVM options on white space: a path with a space cannot be one."""
+    return not any(c.isspace() for c in str(path))
+
+
 def java_options() -> str:
-    """The JVM options that start a local session from the archive; empty when there is none or it is switched off."""
-    if os.environ.get(SWITCH_ENV) == "off" or not ARCHIVE.exists():
+    """The JVM options that start a local session from the archive; empty when there is none, it is switched off, or
+    its path holds a space. They go before the user's own (``SENSORCEP_JVM_OPTIONS``), whose flags then win."""
+    if os.environ.get(SWITCH_ENV) == "off" or not ARCHIVE.exists() or not usable_path(ARCHIVE):
         return ""
     return USE.format(archive=ARCHIVE)
 
 
 def build(quiet: bool = False) -> bool:
-    """Build the archive unless the current one fits this JDK and wheel. Returns True if it was built."""
+    """Build the archive unless the current one fits this JDK and wheel. Returns True if it was built. It is an
+    optimisation only: when it cannot be built, one line says why and every session starts without it."""
     if is_current():
+        return False
+    if not usable_path(ARCHIVE):
+        print(f"no class archive: its folder's path holds a space, which a JVM option cannot ({ARCHIVE.parent})")
         return False
     if not quiet:
         print(f"building the Spark JVM's class archive ({ARCHIVE.name}, once: about a minute) ...", flush=True)
     ARCHIVE.unlink(missing_ok=True)
-    made = ARCHIVE.with_suffix(".jsa.part")
-    made.unlink(missing_ok=True)
-    options = f"{os.environ.get('SENSORCEP_JVM_OPTIONS', '')} -XX:ArchiveClassesAtExit={made} -Xlog:cds=off"
-    env = {**os.environ, SWITCH_ENV: "off", "SENSORCEP_JVM_OPTIONS": options.strip()}
-    result = subprocess.run(
-        [sys.executable, "-m", "sensorcep.local.class_archive"], env=env, capture_output=True, text=True, timeout=600
-    )
-    if result.returncode != 0 or not made.exists():
-        # an optimisation only: say why, and let every session start without it
-        print(f"the class archive was not built (sessions start without it): {result.stderr.strip()[-500:]}")
+    made = ARCHIVE.with_suffix(f".jsa.{os.getpid()}.part")  # two builds at once each dump a file of their own
+    options = f"-XX:ArchiveClassesAtExit={made} {os.environ.get('SENSORCEP_JVM_OPTIONS', '')}"
+    # a classic session of its own: not a Spark Connect client, not a Connect server
+    env = {name: value for name, value in os.environ.items() if name not in NOT_INHERITED}
+    env |= {SWITCH_ENV: "off", "SENSORCEP_JVM_OPTIONS": options.strip()}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "sensorcep.local.class_archive"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if result.returncode != 0 or not made.exists():
+            raise RuntimeError(result.stderr.strip()[-500:] or f"exit {result.returncode}, no archive written")
+        made.replace(ARCHIVE)
+        KEY.write_text(key())
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        made.unlink(missing_ok=True)
+        print(f"the class archive was not built (sessions start without it): {exc}")
         return False
-    made.replace(ARCHIVE)
-    KEY.write_text(key())
     if not quiet:
         print(f"class archive ready: {ARCHIVE} ({ARCHIVE.stat().st_size / 1e6:.0f} MB)", flush=True)
     return True

@@ -44,7 +44,7 @@ WAREHOUSE_ENV = "SENSORCEP_WAREHOUSE_DIR"
 def local_spark_conf(cores: int | None = None) -> dict[str, str]:
     cores = cores or os.cpu_count() or 2
     slots = cores + int(os.environ.get("SENSORCEP_EXTRA_TASK_SLOTS", EXTRA_TASK_SLOTS))
-    jvm_options = f"{os.environ.get(JVM_OPTIONS_ENV, '')} {class_archive.java_options()}".strip()
+    jvm_options = f"{class_archive.java_options()} {os.environ.get(JVM_OPTIONS_ENV, '')}".strip()  # the user's win
     warehouse = os.environ.get(WAREHOUSE_ENV, "").strip()
     return {
         **({"spark.driver.extraJavaOptions": jvm_options} if jvm_options else {}),

@@ -157,7 +157,9 @@ class _JsonProgressBridge(JStreamingQueryListener):
     run id. PySpark's own bridge converts every event field by field first: hundreds of py4j calls per progress, and
     each Java map it iterates ends in an exception that PySpark converts through a dozen failing class lookups over
     the ~300 jars on the classpath (Java Flight Recorder, docs/decisions/0021-cold-starts-and-py4j.md: the test
-    JVM's CPU over tests/kafka/test_stateful_rules.py went from 239 s to 230 s)."""
+    JVM's CPU over tests/kafka/test_stateful_rules.py went from 239 s to 230 s). The events it passes hold only
+    ``runId`` and ``progress.json``, all the listener reads; under Spark Connect the listener gets PySpark's full
+    events, so a field read beyond these two must be added here too (tests/unit/test_progress_bridge.py)."""
 
     def onQueryStarted(self, jevent) -> None:
         self.pylistener.onQueryStarted(SimpleNamespace(runId=jevent.runId().toString()))
