@@ -47,6 +47,13 @@ BROKER_TIERS = {"kafka", "e2e"}
 #: test's drain) filled: the JVM then fails to link a method handle ("NoSuchMethodException: ... linkToStatic"), so
 #: the cache is given Spark's room again; and a larger thread stack for the first tier's larger frames
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m -Xss4m"
+#: ``make test`` evaluates Spark's expressions and plans interpreted, as Spark's own suites run each expression test in
+#: that mode too (``spark.sql.codegen.factoryMode=NO_CODEGEN``): the tests' data is small, so compiling generated code
+#: (Janino: 22% of a test JVM's CPU) costs more than it saves (the spark tier's sampling and device-activity tests:
+#: 227 s -> 181 s). Spark reads ``spark.*`` Java system properties as confs, so every test JVM (notebook kernels, job
+#: subprocesses, the fault test's job) gets them. ``make nightly``, ``make demo`` and the benchmarks run generated code,
+#: the product's default (decision 0022)
+INTERPRETED = "-Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
 
 
 def tier(item) -> str:
@@ -121,7 +128,9 @@ def pytest_sessionstart(session):
             "SENSORCEP_TUNING_PRESET": "quick" if NIGHTLY else "smoke",  # 04: the study's path, not the study
             # short-lived test JVMs: the C1 compiler only, one GC thread (measured: the device-activity and sampling
             # restart tests, 114 s -> 90 s on 2 cores); the product's sessions keep the JVM's defaults
-            "SENSORCEP_JVM_OPTIONS": os.environ.get("SENSORCEP_JVM_OPTIONS", TEST_JVM_OPTIONS),
+            "SENSORCEP_JVM_OPTIONS": os.environ.get(
+                "SENSORCEP_JVM_OPTIONS", TEST_JVM_OPTIONS if NIGHTLY else f"{TEST_JVM_OPTIONS} {INTERPRETED}"
+            ),
             # the catalog's managed tables: the session's own (make test runs two sessions side by side)
             "SENSORCEP_WAREHOUSE_DIR": str(SESSION_DIR / "warehouse"),
         }

@@ -37,3 +37,15 @@ def test_local_session_has_task_slots_beyond_the_cores_for_real_time_queries(spa
 
     master = spark.conf.get("spark.master")
     assert master == f"local[{(os.cpu_count() or 2) + 4}]"
+
+
+def test_the_suite_evaluates_interpreted_and_nightly_runs_generated_code(spark):
+    """``make test`` runs Spark's expressions and plans interpreted (small data: compiling costs more than it saves);
+    ``make nightly`` the product's generated code (tests/conftest.py ``INTERPRETED``, decision 0022)."""
+    from support.profiles import NIGHTLY
+
+    expected = ("true", "FALLBACK") if NIGHTLY else ("false", "NO_CODEGEN")
+    mode = (spark.conf.get("spark.sql.codegen.wholeStage"), spark.conf.get("spark.sql.codegen.factoryMode"))
+    assert mode == expected
+    plan = spark.range(10).selectExpr("id * 2 AS twice")._jdf.queryExecution().executedPlan().toString()
+    assert ("*(" in plan) == NIGHTLY, plan  # a whole-stage-codegen stage is starred in the physical plan
