@@ -77,6 +77,12 @@ def pytest_collection_modifyitems(config, items):
             wrong.append(f"{item.nodeid} is in tests/{name}/ but asks for {', '.join(sorted(needs))}")
     if wrong:
         raise pytest.UsageError("tests outside their tier:\n" + "\n".join(wrong))
+    items.sort(key=lambda item: RUN_ORDER.index(tier(item)))  # stable: the tests of a tier keep their order
+
+
+#: the order the tiers' tests are handed out in: the longest units of work first (the fault test, then whole runs), the
+#: many short unit tests last, so ``make test``'s two workers end together (longest-processing-time-first)
+RUN_ORDER = ("fault", "e2e", "kafka", "spark", "unit")
 
 
 def pytest_xdist_make_scheduler(config, log):
