@@ -54,6 +54,11 @@ TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCac
 #: subprocesses, the fault test's job) gets them. ``make nightly``, ``make demo`` and the benchmarks run generated code,
 #: the product's default (decision 0022)
 INTERPRETED = "-Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
+#: the workers' own sessions live the whole run (about 25 minutes): they keep the JIT's optimising tier (C2), whose
+#: code pays back over that time; the short-lived JVMs (job subprocesses, the notebooks' kernels) start quicker with C1
+WORKER_JVM_OPTIONS = TEST_JVM_OPTIONS.replace("-XX:TieredStopAtLevel=1 ", "")
+#: the JVM options of the worker's session and of every other JVM the tests start (``pytest_sessionstart``)
+JVM_OPTIONS: dict[str, str] = {}
 
 
 def tier(item) -> str:
@@ -134,13 +139,21 @@ def pytest_sessionstart(session):
             "SENSORCEP_TUNING_PRESET": "quick" if NIGHTLY else "smoke",  # 04: the study's path, not the study
             # short-lived test JVMs: the C1 compiler only, one GC thread (measured: the device-activity and sampling
             # restart tests, 114 s -> 90 s on 2 cores); the product's sessions keep the JVM's defaults
-            "SENSORCEP_JVM_OPTIONS": os.environ.get(
-                "SENSORCEP_JVM_OPTIONS", TEST_JVM_OPTIONS if NIGHTLY else f"{TEST_JVM_OPTIONS} {INTERPRETED}"
-            ),
+            "SENSORCEP_JVM_OPTIONS": _jvm_options("others"),
             # the catalog's managed tables: the session's own (make test runs two sessions side by side)
             "SENSORCEP_WAREHOUSE_DIR": str(SESSION_DIR / "warehouse"),
         }
     )
+
+
+def _jvm_options(which: str) -> str:
+    """The options of the worker's session (``"worker"``) or of the other JVMs (``"others"``); a
+    ``SENSORCEP_JVM_OPTIONS`` set by hand wins for both."""
+    if not JVM_OPTIONS:
+        mode = "" if NIGHTLY else f" {INTERPRETED}"
+        own = os.environ.get("SENSORCEP_JVM_OPTIONS")
+        JVM_OPTIONS.update(worker=own or WORKER_JVM_OPTIONS + mode, others=own or TEST_JVM_OPTIONS + mode)
+    return JVM_OPTIONS[which]
 
 
 def _start_broker():
@@ -169,16 +182,17 @@ def spark():
 
 
 def _serving_session():
-    """The worker's one session, serving Spark Connect (the port variable is set only while it starts: the notebooks'
-    kernels that start sessions of their own must not bind the port again)."""
+    """The worker's one session, serving Spark Connect, with the worker's JVM options (both variables are set only while
+    it starts: the notebooks' kernels that start sessions of their own must not bind the port again)."""
     from sensorcep.local.session import CONNECT_PORT_ENV
     from sensorcep.runtime import get_spark
 
-    os.environ[CONNECT_PORT_ENV] = str(CONNECT_PORT)
+    os.environ.update({CONNECT_PORT_ENV: str(CONNECT_PORT), "SENSORCEP_JVM_OPTIONS": _jvm_options("worker")})
     try:
         return get_spark()
     finally:
         del os.environ[CONNECT_PORT_ENV]
+        os.environ["SENSORCEP_JVM_OPTIONS"] = _jvm_options("others")
 
 
 #: the notebooks that run as Spark Connect clients of the worker's session: serverless' and standard access mode's
