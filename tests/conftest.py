@@ -38,6 +38,9 @@ hypothesis.settings.load_profile("sensorcep")
 NOTEBOOK_START = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
 TESTS = Path(__file__).parent
 TIERS = ("unit", "spark", "kafka", "e2e", "fault")
+#: the order the tiers' tests are handed out in: the longest units of work first (the fault test, then whole runs), the
+#: many short unit tests last, so ``make test``'s two workers end together (longest-processing-time-first)
+RUN_ORDER = ("fault", "e2e", "kafka", "spark", "unit")
 #: what each tier may ask for: fixtures that start the JVM or need the broker
 FORBIDDEN = {"unit": {"spark", "bootstrap"}, "spark": {"bootstrap"}}
 #: tiers whose tests need the session's broker
@@ -83,11 +86,6 @@ def pytest_collection_modifyitems(config, items):
     if wrong:
         raise pytest.UsageError("tests outside their tier:\n" + "\n".join(wrong))
     items.sort(key=lambda item: RUN_ORDER.index(tier(item)))  # stable: the tests of a tier keep their order
-
-
-#: the order the tiers' tests are handed out in: the longest units of work first (the fault test, then whole runs), the
-#: many short unit tests last, so ``make test``'s two workers end together (longest-processing-time-first)
-RUN_ORDER = ("fault", "e2e", "kafka", "spark", "unit")
 
 
 def pytest_xdist_make_scheduler(config, log):
