@@ -44,8 +44,7 @@ broker-down: venv
 
 demo: jars broker-up
 	$(PY) -m sensorcep simulate --events $(EVENTS) --devices 1000 --seed 42 --devices-table
-	$(PY) -m sensorcep run
-	$(PY) -m sensorcep summary
+	$(PY) -m sensorcep run --summary
 
 # two pytest-xdist workers, a Spark session and a broker each (one Spark session leaves half of 2 cores idle: it
 # waits on Kafka, Delta's log and Python); the notebooks run in order on one of them, the longest units of work are

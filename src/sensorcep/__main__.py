@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -13,6 +14,7 @@ from sensorcep.errors import SensorCepError
 from sensorcep.io.kafka import client_config
 from sensorcep.local import broker, class_archive, jars, simulator
 from sensorcep.local.jobs import ALWAYS_ON_JOB_KEY, JOB_KEY, run, run_always_on
+from sensorcep.local.session import jvm_console_to, serve_connect
 from sensorcep.local.summary import print_summary
 from sensorcep.observability.monitoring import stop_session
 from sensorcep.pipeline.backtest import backtest
@@ -21,7 +23,7 @@ from sensorcep.routes.model import load_routes
 from sensorcep.rules import catalog
 from sensorcep.rules.model import load_rules
 from sensorcep.runtime import get_spark
-from sensorcep.settings import env_settings
+from sensorcep.settings import PROJECT_ROOT, env_settings
 
 
 def _params(items: list[str]) -> dict[str, str]:
@@ -88,7 +90,11 @@ def cmd_simulate(args) -> None:
         simulator.produce_records(acks, bootstrap, settings.acks_topic, extra_config=conf)
         print(f"produced {len(acks):,} acknowledgements to {settings.acks_topic}")
     if args.devices_table:
+        # the JVM's start-up lines are not news
+        with jvm_console_to(Path(settings.base_path) / "logs" / "simulate-spark.log"):
+            get_spark()
         simulator.write_devices_table(settings, config.devices, config.seed)
+        print(f"wrote the devices table: {config.devices:,} devices")
     counts = ", ".join(f"{k}={v:,}" for k, v in sorted(sim.summary().items()))
     print(
         f"produced to {settings.events_topic}: {counts}; "
@@ -103,7 +109,18 @@ def cmd_run(args) -> None:
         run_always_on(job, _params(args.param), minutes=args.minutes, every_s=args.every)
         stop_session(get_spark())  # before the interpreter exits: the progress listener must not outlive Python
         return
-    run(args.task, _params(args.param), job_key=job)  # its last line names the run's HTML report
+    runs_dir = PROJECT_ROOT / "runs" / datetime.now().strftime("%Y%m%d-%H%M%S")
+    # the run's Spark application, which every notebook joins as a Spark Connect client (a job cluster, locally);
+    # none when the user points SPARK_REMOTE at a server of their own
+    remote = None if os.environ.get("SPARK_REMOTE") else serve_connect(runs_dir / "spark.log")
+    try:
+        # its last line names the run's HTML report
+        run(args.task, _params(args.param), job_key=job, runs_dir=runs_dir, spark_remote=remote)
+        if args.summary:
+            print_summary(env_settings(), runs_dir)
+    finally:
+        if remote:
+            stop_session(get_spark())
 
 
 def cmd_rules(args) -> None:
@@ -228,6 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--every", type=float, default=10.0, help="always-on job: seconds between progress lines")
     p.add_argument("--task", action="append", help="pipeline job: only these task keys (repeatable)")
     p.add_argument("--param", action="append", help="name=value job parameter override (repeatable)")
+    p.add_argument("--summary", action="store_true", help="pipeline job: then the summary (rows per table, ...)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("rules", help="the alert rules: check a YAML file, apply it to alert_rules, show the table")

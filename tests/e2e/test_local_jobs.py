@@ -2,6 +2,7 @@
 
 import nbformat
 import pytest
+from support.ports import CONNECT_PORT
 
 from sensorcep.local import jobs
 
@@ -30,3 +31,16 @@ def test_a_failing_cell_stops_the_job_and_names_the_saved_notebook_and_console(b
     ):
         jobs.run(job_key="tiny", bundle_dir=bundle / "bundles", runs_dir=tmp_path / "runs", timeout=120)
     assert (tmp_path / "runs" / "first.ipynb").exists() and not (tmp_path / "runs" / "second.ipynb").exists()
+
+
+def test_the_notebooks_of_a_run_are_spark_connect_clients_of_the_runs_spark(spark, bundle, tmp_path):
+    """``sensorcep run`` serves one Spark application (the worker's session plays it here) and each kernel connects."""
+    remote = f"sc://localhost:{CONNECT_PORT}"
+    joined = "from sensorcep.runtime import get_spark, is_connect; spark = get_spark()\n" + (
+        "print(is_connect(spark), spark.range(3).count())"
+    )
+    _notebook(bundle / "notebooks" / "first.ipynb", joined)
+    _notebook(bundle / "notebooks" / "second.ipynb", "import os; print(os.environ.get('SPARK_REMOTE'))")
+    out = jobs.run(job_key="tiny", bundle_dir=bundle / "bundles", runs_dir=tmp_path / "runs", spark_remote=remote)
+    assert nbformat.read(out / "first.ipynb", as_version=4).cells[0].outputs[0]["text"] == "True 3\n"
+    assert nbformat.read(out / "second.ipynb", as_version=4).cells[0].outputs[0]["text"] == f"{remote}\n"

@@ -390,3 +390,12 @@ def test_each_task_line_is_one_short_line_with_only_the_parameters_that_differ(j
         assert "base_path=/tmp/elsewhere" in line
         assert ("extra_fields=a, b" in line) == ("extra_fields" in task.parameters)  # one line, whatever was typed
         assert "window_duration" not in line and "kafka_bootstrap_servers" not in line  # defaults are not repeated
+
+
+def test_a_notebook_task_joins_the_runs_spark_unless_it_runs_real_time_alerts():
+    """Every task of the pipeline and tuning jobs is a Spark Connect client of the run's Spark application; a task
+    given a real-time alerts_trigger starts a classic session of its own (Connect cannot ask for that trigger)."""
+    for job_key in (jobs.JOB_KEY, jobs.TUNING_JOB_KEY):
+        assert not any(jobs.own_session(task) for task in jobs.tasks(job_key)), job_key
+    realtime = jobs.tasks(jobs.JOB_KEY, params={"alerts_trigger": "realtime:5 seconds"})
+    assert all(jobs.own_session(task) for task in realtime)

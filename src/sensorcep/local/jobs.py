@@ -8,8 +8,9 @@ a value that names workspace resources (``${resources...}``, ``${workspace...}``
 dynamic values are empty; ``--param x=value`` overrides any of them.
 
 * the pipeline and tuning jobs (notebook tasks): tasks run in ``depends_on`` order with their job's
-  parameters; each executed notebook is saved with its outputs under ``runs/<stamp>/``, beside ``<task>.log``
-  with its kernel's console output (Spark's and its Python workers' lines, as a Databricks driver log has them);
+  parameters, each kernel a Spark Connect client of the run's one Spark application when one is given (``sensorcep
+  run`` serves it: :func:`sensorcep.local.session.serve_connect`); each executed notebook is saved with its outputs
+  under ``runs/<stamp>/``, beside ``<task>.log`` with its kernel's console output;
   then the run is rendered as HTML there (:mod:`sensorcep.local.run_report`: a page per notebook, ``index.html``
   with the tasks and the health verdicts), also when a task fails, and the last line names ``index.html``;
 * the always-on job (python_wheel_task tasks calling the ``sensorcep-stream`` entry point): every task's
@@ -154,9 +155,13 @@ def run(
     job_key: str = JOB_KEY,
     bundle_dir: Path = BUNDLE_DIR,
     read_health: run_report.HealthReader = run_report.read_health,
+    spark_remote: str | None = None,
 ) -> Path:
     """Execute the (selected) tasks in order, then write the run's HTML report (``read_health`` gives its verdicts);
-    returns the folder holding the executed notebooks and the report."""
+    returns the folder holding the executed notebooks and the report.
+
+    ``spark_remote``: the run's Spark application (:func:`sensorcep.local.session.serve_connect`); each notebook's
+    kernel is its Spark Connect client, but for a task that needs a session of its own (:func:`own_session`)."""
     import nbformat  # noqa: PLC0415 - the notebook runner only
     from nbclient import NotebookClient  # noqa: PLC0415 - the notebook runner only
     from nbclient.exceptions import CellExecutionError  # noqa: PLC0415 - the notebook runner only
@@ -188,6 +193,8 @@ def run(
         nb = nbformat.read(task.notebook, as_version=4)
         os.environ[PARAMS_ENV] = json.dumps(task.parameters)
         os.environ["SENSORCEP_RUN_DIR"] = str(out_dir)
+        if spark_remote and not own_session(task):  # the kernel nbclient starts inherits it
+            os.environ["SPARK_REMOTE"] = spark_remote
         started = time.monotonic()
         client = NotebookClient(
             nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(task.notebook.parent)}}
@@ -206,6 +213,8 @@ def run(
             ) from None
         finally:
             os.environ.pop(PARAMS_ENV, None)
+            if spark_remote:
+                os.environ.pop("SPARK_REMOTE", None)
         nbformat.write(nb, saved)
         seconds = time.monotonic() - started
         ran[task.key] = run_report.TaskRun(task.key, saved, "succeeded", seconds)
@@ -219,6 +228,14 @@ def task_settings(task: Task) -> Settings:
     """The settings a task's notebook reads: its parameters over the widget defaults."""
     names = set(parameter_names())
     return Settings.from_mapping({**defaults(), **{k: v for k, v in task.parameters.items() if k in names}})
+
+
+def own_session(task: Task) -> bool:
+    """Whether a notebook task starts a classic session of its own instead of joining the run's Spark application:
+    when it is given a real-time ``alerts_trigger`` (open-source Spark Connect cannot ask for the real-time trigger:
+    :func:`sensorcep.runtime.set_trigger`). A notebook reads only widgets that are its job's parameters (a test in
+    ``tests/unit/test_bundle.py``), so a task without that parameter never starts the alert query."""
+    return is_realtime(task.parameters.get("alerts_trigger", "availableNow"))
 
 
 def task_line(task: Task) -> str:
