@@ -140,11 +140,6 @@ def pytest_sessionstart(session):
             "SENSORCEP_JVM_OPTIONS": _jvm_options("others"),
             # the catalog's managed tables: the session's own (make test runs two sessions side by side)
             "SENSORCEP_WAREHOUSE_DIR": str(SESSION_DIR / "warehouse"),
-            # Python workers at the JVM's priority: the suite keeps both cores busy on purpose, and a worker forked at
-            # nice +10 (the laptop's default, for the real-time alerts' latency) got so little CPU that it missed
-            # Spark's fixed 10 s to connect back ("Python worker failed to connect back": a fresh-clone run on
-            # 2026-11-27 failed the always-on test and a fault-test job run on it)
-            "SENSORCEP_PYTHON_WORKER_NICE": "0",
         }
     )
 
