@@ -4,6 +4,7 @@ checkpoints with nothing lost and nothing doubled."""
 from __future__ import annotations
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 from sensorcep.local import jobs
 from sensorcep.pipeline import always_on, queries
@@ -72,24 +73,76 @@ class _Failed:
     def exception(self):
         return self._error
 
+    def stop(self):
+        self.isActive = False
 
-def test_a_query_whose_python_worker_did_not_start_in_time_is_started_again_once_and_nothing_else_is():
+
+def test_a_query_whose_python_worker_did_not_start_in_time_is_started_again_one_at_a_time_and_nothing_else_is():
     """Spark gives a stateful processor's first Python worker 10 s to connect back; a busy machine starting every
-    query at once can miss it. That failure, and only that one, is retried once (as a Databricks task retry would)."""
-    started = []
+    query at once can miss it. That failure, and only that one, is retried (as a Databricks task retry would): up to
+    three times per query, one query at a time, the next restart no sooner than 12 s after the last."""
+    started, now = [], [0.0]
 
     def declare(name):
         def start(spark, settings, *, wait=True):
             started.append(name)
-            return _Failed(name, "Python worker failed to connect back." if name == "flaky" else None)
+            return _Failed(name, "Python worker failed to connect back." if name.startswith("flaky") else None)
 
         return queries.Query(name, start, "sampling_state", ())
 
-    task = always_on.RunningTask(None, always_on.Settings(trigger="5 seconds"), [declare("flaky"), declare("broken")])
-    task.slots = [
-        _Failed("flaky", "org.apache.spark.SparkException: Python worker failed to connect back."),
-        _Failed("broken", "AnalysisException: something real"),
-    ]
-    assert task.retry_worker_start_failures() == ["flaky"] and started == ["flaky"]
-    assert task.retry_worker_start_failures() == [], "once: a second failure of the same kind is the caller's"
+    declared = [declare("flaky"), declare("broken"), declare("flaky too")]
+    stagger = always_on.Stagger(clock=lambda: now[0])
+    task = always_on.RunningTask(None, always_on.Settings(trigger="5 seconds"), declared, stagger=stagger)
+    worker_failed = "org.apache.spark.SparkException: Python worker failed to connect back."
+    task.slots = [_Failed("flaky", worker_failed), _Failed("broken", "AnalysisException: something real")]
+    task.slots.append(_Failed("flaky too", worker_failed))
+    assert [q.name for q in task.failed()] == ["broken"], "a query waiting for its restart has not failed the task"
+    assert task.retry_worker_start_failures() == ["flaky"] and started == ["flaky"], "one query at a time"
+    now[0] = 11.9
+    assert task.retry_worker_start_failures() == [], "no restart within 12 s of the last"
+    now[0] = 12.0
+    assert task.retry_worker_start_failures() == ["flaky too"], "then the one restarted least"
+    for step in range(1, 6):
+        now[0] = 12.0 * (step + 1)
+        task.retry_worker_start_failures()
+    assert started == ["flaky", "flaky too", "flaky", "flaky too", "flaky", "flaky too"], started
+    assert task.retry_worker_start_failures() == [] and not task.restarts_pending(), "three restarts per query"
+    assert [q.name for q in task.failed()] == ["flaky", "broken", "flaky too"], "then the failure is the caller's"
     assert task.slots[1].exception() == "AnalysisException: something real", "any other failure is left as it is"
+
+
+class _Streams:
+    """``spark.streams`` without a JVM: each wait ends the next query in ``script`` as PySpark would (a failure raises
+    StreamingQueryException)."""
+
+    def __init__(self, script):
+        self.script, self.waits = list(script), []
+
+    def awaitAnyTermination(self, timeout=None):  # noqa: N802 (PySpark's name)
+        self.waits.append(timeout)
+        query, error = self.script.pop(0)
+        query.isActive, query._error = False, RuntimeError(error) if error else None
+        if error:
+            raise StreamingQueryException(error)
+        return True
+
+    def resetTerminated(self):  # noqa: N802
+        pass
+
+
+def test_the_wheel_tasks_wait_restarts_a_late_python_worker_and_raises_any_other_failure():
+    """``await_queries`` (the Databricks task's loop): PySpark's wait raises when a query failed; a worker-start failure
+    is started again after the gap, and a later real failure stops the others and fails the task, naming it."""
+    late, steady = _Failed("sampling", None), _Failed("ingest", None)
+    restarted = _Failed("sampling", None)
+    declared = [queries.Query("sampling", lambda *a, **k: restarted, "sampling_state", ())]
+    task = always_on.RunningTask(None, always_on.Settings(trigger="5 seconds"), declared, stagger=always_on.Stagger())
+    task.slots = [late]
+    task.declared.append(queries.Query("ingest", lambda *a, **k: steady, "ingest", ()))
+    task.slots.append(steady)
+    streams = _Streams([(late, "Python worker failed to connect back."), (restarted, "AnalysisException: real")])
+    spark = type("Spark", (), {"streams": streams})()
+    with pytest.raises(Exception, match="AnalysisException: real"):
+        always_on.await_queries(spark, task)
+    assert task.slots[0] is restarted and task.retries == {0: 1}, "the late worker's query was started again"
+    assert not steady.isActive, "the real failure stopped the other queries"

@@ -306,9 +306,9 @@ def run_always_on(
                     next_refresh[id(running)] = time.monotonic() + parse_duration(running.settings.rules_refresh)
             for running in running_tasks:
                 for name in running.retry_worker_start_failures():
-                    out(f"↻ {name}: a Python worker did not start in time (a busy machine); started again, once")
+                    out(f"↻ {name}: a Python worker did not start in time (a busy machine); started again")
             queries[:] = [q for running in running_tasks for q in running.queries]
-            failed = [q for q in queries if not q.isActive and q.exception() is not None]
+            failed = [q for running in running_tasks for q in running.failed()]
             if failed:
                 raise JobError(f"query {failed[0].name} failed: {explain_failure(failed[0], failed[0].exception())}")
             if until is not None and until(queries):

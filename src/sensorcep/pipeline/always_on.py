@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -42,6 +46,30 @@ TASKS = queries.TASK_ORDER
 #: process on the driver, which must connect back within Spark's fixed 10 seconds; a busy 2-core machine starting
 #: several stateful queries at once can miss that. A transient failure that starting the query again gets past.
 WORKER_START_FAILURES = ("Python worker failed to connect back", "CANNOT_OPEN_SOCKET")
+#: how many times one query is started again after such a failure, and the least time between two such restarts of
+#: any query of the process: past Spark's 10 s, so the restarted queries' Python processes do not race each other
+#: again (two queries restarted together both failed again, in a suite run beside the fault test)
+WORKER_START_RETRIES = 3
+WORKER_START_GAP_S = 12.0
+
+
+@dataclass
+class Stagger:
+    """Restarts after worker-start failures, one at a time: the next not before ``gap_s`` after the last."""
+
+    gap_s: float = WORKER_START_GAP_S
+    clock: Callable[[], float] = time.monotonic
+    last: float = -math.inf
+
+    def ready(self) -> bool:
+        return self.clock() - self.last >= self.gap_s
+
+    def mark(self) -> None:
+        self.last = self.clock()
+
+
+#: one per process: the restarts of every task the process runs share it
+RESTARTS = Stagger()
 
 
 @dataclass
@@ -57,7 +85,8 @@ class RunningTask:
     declared: list[queries.Query]
     slots: list[StreamingQuery | None] = field(default_factory=list)
     compiled: list[object] = field(default_factory=list)
-    retried: set[int] = field(default_factory=set)  # slots started again after a worker start failure
+    retries: dict[int, int] = field(default_factory=dict)  # slot -> restarts after a worker start failure
+    stagger: Stagger = field(default_factory=lambda: RESTARTS)
 
     def start(self) -> RunningTask:
         for declared in self.declared:
@@ -92,22 +121,42 @@ class RunningTask:
             restarted.append(self.settings.query_name(declared.name))
         return restarted
 
+    def _awaits_restart(self, index: int) -> bool:
+        """Whether the slot's query stopped only because a Python worker did not start in time (as
+        :data:`WORKER_START_FAILURES` say) and may still be started again."""
+        query = self.slots[index]
+        if query is None or query.isActive or query.exception() is None:
+            return False
+        if self.retries.get(index, 0) >= WORKER_START_RETRIES:
+            return False
+        return any(marker in str(query.exception()) for marker in WORKER_START_FAILURES)
+
+    def restarts_pending(self) -> bool:
+        return any(self._awaits_restart(index) for index in range(len(self.slots)))
+
     def retry_worker_start_failures(self) -> list[str]:
-        """Start again, on its checkpoint and once per query, each query that failed because a Python worker did not
-        start in time (:data:`WORKER_START_FAILURES`), as a Databricks task retry would; their names. Any other
-        failure, and a second one, is left for the caller to raise."""
-        restarted = []
-        for index, declared in enumerate(self.declared):
-            query = self.slots[index]
-            if query is None or query.isActive or query.exception() is None or index in self.retried:
-                continue
-            if not any(marker in str(query.exception()) for marker in WORKER_START_FAILURES):
-                continue
-            log.warning("query %s: a Python worker did not start in time; starting it again", query.name)
-            self.retried.add(index)
-            self.slots[index] = declared.start(self.spark, self.settings, wait=False)
-            restarted.append(self.settings.query_name(declared.name))
-        return restarted
+        """Start again, on its checkpoint, a query that failed because a Python worker did not start in time, as a
+        Databricks task retry would: up to :data:`WORKER_START_RETRIES` times per query, one query at a time (no
+        sooner than :data:`WORKER_START_GAP_S` after the last restart of any query, the one restarted least first); the
+        names started again."""
+        waiting = [index for index in range(len(self.slots)) if self._awaits_restart(index)]
+        if not waiting or not self.stagger.ready():
+            return []
+        index = min(waiting, key=lambda i: self.retries.get(i, 0))  # the one restarted least so far
+        log.warning("query %s: a Python worker did not start in time; starting it again", self.slots[index].name)
+        self.retries[index] = self.retries.get(index, 0) + 1
+        self.stagger.mark()
+        self.slots[index] = self.declared[index].start(self.spark, self.settings, wait=False)
+        return [self.settings.query_name(self.declared[index].name)]
+
+    def failed(self) -> list[StreamingQuery]:
+        """The queries that stopped with an error the task does not get past (not those waiting for a restart)."""
+        return [
+            query
+            for index, query in enumerate(self.slots)
+            if query is not None and not query.isActive and query.exception() is not None
+            if not self._awaits_restart(index)
+        ]
 
     @property
     def reloads(self) -> bool:
@@ -127,22 +176,27 @@ def start_task(spark: SparkSession, task: str, settings: Settings) -> RunningTas
 
 
 def await_queries(spark: SparkSession, task: RunningTask) -> None:
-    """Block while the queries run, refreshing them every ``rules_refresh`` (:meth:`RunningTask.refresh`); raise the
-    first failure, so the job run fails and Databricks restarts it."""
+    """Block while the queries run, refreshing them every ``rules_refresh`` (:meth:`RunningTask.refresh`) and starting
+    again a query whose Python worker did not start in time; raise the first other failure, so the job run fails and
+    Databricks restarts it."""
     every_s = parse_duration(task.settings.rules_refresh) if task.reloads else None
-    while any(q.isActive for q in task.queries) or (task.reloads and not task.queries):
-        if not spark.streams.awaitAnyTermination(every_s) and every_s is not None:
+    while any(q.isActive for q in task.queries) or task.restarts_pending() or (task.reloads and not task.queries):
+        wait_s = min(every_s or math.inf, WORKER_START_GAP_S if task.restarts_pending() else math.inf)
+        try:
+            ended = spark.streams.awaitAnyTermination(None if wait_s == math.inf else wait_s)
+        except StreamingQueryException:  # a query failed: judged below
+            ended = True
+        if ended:
+            spark.streams.resetTerminated()
+        elif every_s is not None:
             task.refresh()
-            continue
-        spark.streams.resetTerminated()
         task.retry_worker_start_failures()
-        for query in task.queries:
-            if not query.isActive and query.exception() is not None:
-                for other in task.queries:
-                    if other.isActive:
-                        other.stop()
-
-                raise explain_failure(query, query.exception())
+        failed = task.failed()
+        if failed:
+            for other in task.queries:
+                if other.isActive:
+                    other.stop()
+            raise explain_failure(failed[0], failed[0].exception())
 
 
 def parse_arguments(argv: list[str] | None = None) -> tuple[str, dict[str, str]]:
