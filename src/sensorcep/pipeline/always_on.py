@@ -154,8 +154,10 @@ class RunningTask:
         return [
             query
             for index, query in enumerate(self.slots)
-            if query is not None and not query.isActive and query.exception() is not None
-            if not self._awaits_restart(index)
+            if query is not None
+            and not query.isActive
+            and query.exception() is not None
+            and not self._awaits_restart(index)
         ]
 
     @property
@@ -188,7 +190,7 @@ def await_queries(spark: SparkSession, task: RunningTask) -> None:
             ended = True
         if ended:
             spark.streams.resetTerminated()
-        elif every_s is not None:
+        elif wait_s == every_s:  # a rules_refresh interval passed (not only a restart's gap)
             task.refresh()
         task.retry_worker_start_failures()
         failed = task.failed()
