@@ -129,7 +129,10 @@ class Settings:
     )
     rules_refresh: str = field(
         default="30 seconds",
-        metadata={"doc": "how often the always-on alert task reads alert_rules, and restarts its query on a change"},
+        metadata={
+            "doc": "how often the always-on job reads alert_rules (once for all its rule queries), and restarts a "
+            "rule query whose rules changed"
+        },
     )
     ack_timeout: str = field(
         default="10 minutes",

@@ -21,6 +21,7 @@ dynamic values are empty; ``--param x=value`` overrides any of them.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -38,6 +39,7 @@ from sensorcep.local.session import PARAMS_ENV
 from sensorcep.observability.live import RealtimeAlertsLine, progress_line
 from sensorcep.pipeline import always_on
 from sensorcep.pipeline.streaming import explain_failure, stop_queries
+from sensorcep.rules import catalog
 from sensorcep.runtime import get_spark
 from sensorcep.settings import PROJECT_ROOT, Settings, defaults, is_realtime, parameter_names, parse_duration
 
@@ -279,31 +281,36 @@ def run_always_on(
     running_tasks, triggers, settings_of = [], {}, {}
     queries = []  # every task's queries, as they run now (a refresh replaces a restarted one)
     try:
-        for task in tasks(job_key, params=params):
-            if task.entry_point is None or entry_point_function(task.entry_point) is not always_on.main:
-                raise JobError(f"task {task.key!r} does not call the always-on entry point (sensorcep-stream)")
-            task_name, values = always_on.parse_arguments([f"--{k}={v}" for k, v in task.parameters.items()])
-            settings = Settings.from_mapping(values)
-            running = always_on.start_task(spark, task_name, settings)
-            for declared, query in running.started():
-                triggers[query.name] = declared.trigger(settings)
-                settings_of[query.name] = settings
-            running_tasks.append(running)
-            queries += running.queries
-            out(f"▶ {task.key}: {', '.join(q.name for q in running.queries)}")
+        with catalog.one_read():  # every task's rule queries start from one read of alert_rules
+            for task in tasks(job_key, params=params):
+                if task.entry_point is None or entry_point_function(task.entry_point) is not always_on.main:
+                    raise JobError(f"task {task.key!r} does not call the always-on entry point (sensorcep-stream)")
+                task_name, values = always_on.parse_arguments([f"--{k}={v}" for k, v in task.parameters.items()])
+                settings = Settings.from_mapping(values)
+                running = always_on.start_task(spark, task_name, settings)
+                for declared, query in running.started():
+                    triggers[query.name] = declared.trigger(settings)
+                    settings_of[query.name] = settings
+                running_tasks.append(running)
+                queries += running.queries
+                out(f"▶ {task.key}: {', '.join(q.name for q in running.queries)}")
         deadline = time.monotonic() + minutes * 60 if minutes else None
         realtime_lines: dict[str, RealtimeAlertsLine] = {}
         next_line = time.monotonic()
-        next_refresh = {id(r): time.monotonic() + parse_duration(r.settings.rules_refresh) for r in running_tasks}
+        reloading = [running for running in running_tasks if running.reloads]
+        # the tasks' rule queries are refreshed together, from one read of alert_rules (the shortest rules_refresh)
+        refresh_s = min((parse_duration(r.settings.rules_refresh) for r in reloading), default=math.inf)
+        next_refresh = time.monotonic() + refresh_s
         while True:
-            for running in running_tasks:
-                if running.reloads and time.monotonic() >= next_refresh[id(running)]:
-                    for name in running.refresh():
-                        out(f"↻ {name}: alert_rules changed, (re)started with the rules in force")
-                    for declared, query in running.started():
-                        triggers.setdefault(query.name, declared.trigger(running.settings))
-                        settings_of.setdefault(query.name, running.settings)
-                    next_refresh[id(running)] = time.monotonic() + parse_duration(running.settings.rules_refresh)
+            if time.monotonic() >= next_refresh:
+                with catalog.one_read():
+                    for running in reloading:
+                        for name in running.refresh():
+                            out(f"↻ {name}: alert_rules changed, (re)started with the rules in force")
+                        for declared, query in running.started():
+                            triggers.setdefault(query.name, declared.trigger(running.settings))
+                            settings_of.setdefault(query.name, running.settings)
+                next_refresh = time.monotonic() + refresh_s
             for running in running_tasks:
                 for name in running.retry_worker_start_failures():
                     out(f"↻ {name}: a Python worker did not start in time (a busy machine); started again")

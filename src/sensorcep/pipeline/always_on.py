@@ -34,6 +34,7 @@ from sensorcep.observability.monitoring import stop_progress_listener
 from sensorcep.pipeline import queries, registry
 from sensorcep.pipeline.ingest import wait_for_bronze
 from sensorcep.pipeline.streaming import explain_failure
+from sensorcep.rules import catalog
 from sensorcep.runtime import get_spark
 from sensorcep.settings import Settings, SettingsError, parse_duration
 
@@ -89,10 +90,10 @@ class RunningTask:
     stagger: Stagger = field(default_factory=lambda: RESTARTS)
 
     def start(self) -> RunningTask:
-        for declared in self.declared:
-            # the fingerprint is taken before the query compiles: a change in between shows at the next refresh
-            self.compiled.append(declared.reload_when(self.spark, self.settings) if declared.reload_when else None)
-            self.slots.append(declared.start(self.spark, self.settings, wait=False))
+        with catalog.one_read():  # the fingerprint and what the query compiles: one read of the rules
+            for declared in self.declared:
+                self.compiled.append(declared.reload_when(self.spark, self.settings) if declared.reload_when else None)
+                self.slots.append(declared.start(self.spark, self.settings, wait=False))
         return self
 
     @property
@@ -106,19 +107,20 @@ class RunningTask:
     def refresh(self) -> list[str]:
         """Restart (or start) the queries whose compiled-in inputs changed; their names."""
         restarted = []
-        for index, declared in enumerate(self.declared):
-            running = self.slots[index]
-            if declared.reload_when is None or (running is not None and not running.isActive):
-                continue
-            now = declared.reload_when(self.spark, self.settings)
-            if now == self.compiled[index]:
-                continue
-            log.warning("query %s: what it compiled in changed, restarting it on its checkpoint", declared.name)
-            if running is not None:
-                running.stop()
-            self.compiled[index] = now
-            self.slots[index] = declared.start(self.spark, self.settings, wait=False)
-            restarted.append(self.settings.query_name(declared.name))
+        with catalog.one_read():
+            for index, declared in enumerate(self.declared):
+                running = self.slots[index]
+                if declared.reload_when is None or (running is not None and not running.isActive):
+                    continue
+                now = declared.reload_when(self.spark, self.settings)
+                if now == self.compiled[index]:
+                    continue
+                log.warning("query %s: what it compiled in changed, restarting it on its checkpoint", declared.name)
+                if running is not None:
+                    running.stop()
+                self.compiled[index] = now
+                self.slots[index] = declared.start(self.spark, self.settings, wait=False)
+                restarted.append(self.settings.query_name(declared.name))
         return restarted
 
     def _awaits_restart(self, index: int) -> bool:

@@ -12,6 +12,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -111,11 +114,39 @@ def _row(rule: Rule, version: int, spec: str, now: datetime) -> dict:
     }
 
 
+#: the rows read in the current :func:`one_read` pass, by table (None: no pass, every call reads the table)
+_read_in_pass: ContextVar[dict[str, list[dict]] | None] = ContextVar("alert_rules_read_in_pass", default=None)
+
+
+@contextmanager
+def one_read() -> Iterator[None]:
+    """A pass that reads ``alert_rules`` once: inside it the seed check, :func:`fingerprint` and
+    :func:`rules_in_force` of every rule query take the rows of the first read (each read is a Delta snapshot and a
+    Spark job: starting the three rule queries read the table six times, and checked it exists nine). The always-on
+    job starts and refreshes its queries in such a pass, so the fingerprint a query starts with is exactly the rule
+    set it compiles; a change made during the pass shows at the next one. A write (:func:`apply_rules`) in the pass
+    drops what it read. Nested passes share the outer one."""
+    if _read_in_pass.get() is not None:
+        yield
+        return
+    token = _read_in_pass.set({})
+    try:
+        yield
+    finally:
+        _read_in_pass.reset(token)
+
+
 def current_rows(spark: SparkSession, settings: Settings) -> list[dict]:
     lake = Tables(spark, settings)
+    held, key = _read_in_pass.get(), str(lake[TABLE])
+    if held is not None and key in held:
+        return [dict(row) for row in held[key]]
     if not lake.exists(TABLE):
         return []
-    return [row.asDict() for row in lake.read(TABLE).select(*COLUMNS).collect()]
+    rows = [row.asDict() for row in lake.read(TABLE).select(*COLUMNS).collect()]
+    if held is not None:
+        held[key] = rows
+    return [dict(row) for row in rows]
 
 
 def apply_rules(spark: SparkSession, settings: Settings, rules: list[Rule]) -> Changes:
@@ -123,7 +154,9 @@ def apply_rules(spark: SparkSession, settings: Settings, rules: list[Rule]) -> C
     changes = plan_changes(current_rows(spark, settings), rules)
     if changes.any or not Tables(spark, settings).exists(TABLE):
         frame = spark.createDataFrame(changes.rows or [], SCHEMA).select(*COLUMNS)
-        Tables(spark, settings).write(frame, TABLE, mode="overwrite")
+        lake = Tables(spark, settings)
+        lake.write(frame, TABLE, mode="overwrite")
+        (_read_in_pass.get() or {}).pop(str(lake[TABLE]), None)  # the pass reads what was just written
         log.warning("alert_rules: %s", changes)
     return changes
 
@@ -145,7 +178,7 @@ def ensure_seeded(spark: SparkSession, settings: Settings) -> None:
     """Create ``alert_rules`` from ``rules_file`` (empty: the packaged rule set) if it does not exist yet. Two
     queries that start at once may both try: the one whose commit loses finds the table the other created."""
     lake = Tables(spark, settings)
-    if lake.exists(TABLE):
+    if str(lake[TABLE]) in (_read_in_pass.get() or {}) or lake.exists(TABLE):
         return
     rules = load_rules(settings.rules_file)  # a bad file is an error here, whoever else seeds
     try:

@@ -1,0 +1,50 @@
+"""The ``alert_rules`` table read once per pass: the always-on job starts and refreshes its rule queries inside
+``catalog.one_read()``, so the seed check, the fingerprints and the rules the queries compile come from one Delta read,
+and a write in the pass is read back."""
+
+from __future__ import annotations
+
+from sensorcep.io.lake import Tables
+from sensorcep.rules import catalog
+from sensorcep.rules.model import load_rules
+
+
+def _count_reads(monkeypatch) -> list[str]:
+    reads: list[str] = []
+    read = Tables.read
+
+    def counted(self, name, version=None):
+        reads.append(name)
+        return read(self, name, version)
+
+    monkeypatch.setattr(Tables, "read", counted)
+    return reads
+
+
+def test_a_pass_reads_the_rules_once_and_outside_a_pass_every_call_reads(spark, settings, monkeypatch):
+    reads = _count_reads(monkeypatch)
+    with catalog.one_read():
+        fingerprint = catalog.fingerprint(spark, settings)  # seeds the table from the packaged rules, then reads it
+        in_force = catalog.rules_in_force(spark, settings)
+        with catalog.one_read():  # a nested pass shares the outer one
+            assert catalog.fingerprint(spark, settings) == fingerprint
+    assert reads.count("alert_rules") == 1, reads
+    assert [(r.id, r.version) for r in in_force] == [pair for pair in fingerprint]  # the packaged rules, all enabled
+    assert {r.id for r in in_force} == {r.id for r in load_rules()}
+
+    reads.clear()
+    catalog.fingerprint(spark, settings)
+    catalog.rules_in_force(spark, settings)
+    assert reads.count("alert_rules") == 2, "outside a pass, each call reads the table as it is now"
+
+
+def test_a_write_in_a_pass_is_what_the_pass_reads_next(spark, settings):
+    rules = load_rules()
+    with catalog.one_read():
+        before = catalog.fingerprint(spark, settings)
+        changed = catalog.apply_rules(spark, settings, rules[1:])  # the first rule is no longer listed: disabled
+        after = catalog.fingerprint(spark, settings)
+        in_force = catalog.rules_in_force(spark, settings)
+    assert changed.disabled == [rules[0].id]
+    assert dict(after)[rules[0].id] == dict(before)[rules[0].id] + 1, "the disabled rule's new version is read back"
+    assert rules[0].id not in {r.id for r in in_force}
