@@ -144,9 +144,10 @@ def current_rows(spark: SparkSession, settings: Settings) -> list[dict]:
     if not lake.exists(TABLE):
         return []
     rows = [row.asDict() for row in lake.read(TABLE).select(*COLUMNS).collect()]
-    if held is not None:
-        held[key] = rows
-    return [dict(row) for row in rows]
+    if held is None:
+        return rows
+    held[key] = rows
+    return [dict(row) for row in rows]  # copies: a caller that edits its rows does not edit the pass's
 
 
 def apply_rules(spark: SparkSession, settings: Settings, rules: list[Rule]) -> Changes:
