@@ -122,7 +122,7 @@ _read_in_pass: ContextVar[dict[str, list[dict]] | None] = ContextVar("alert_rule
 def one_read() -> Iterator[None]:
     """A pass that reads ``alert_rules`` once: inside it the seed check, :func:`fingerprint` and
     :func:`rules_in_force` of every rule query take the rows of the first read (each read is a Delta snapshot and a
-    Spark job: starting the three rule queries read the table six times, and checked it exists nine). The always-on
+    Spark job: starting the three rule queries read the table six times, and checked it exists twelve). The always-on
     job starts and refreshes its queries in such a pass, so the fingerprint a query starts with is exactly the rule
     set it compiles; a change made during the pass shows at the next one. A write (:func:`apply_rules`) in the pass
     drops what it read. Nested passes share the outer one."""
