@@ -64,7 +64,6 @@ def start(params: dict[str, str], kind: str) -> dict[str, float]:
         capture_output=True,
         text=True,
         timeout=900,
-        env=os.environ,
     )
     if done.returncode != 0:
         sys.exit(f"a start of the job failed:\n{done.stderr[-3000:]}")

@@ -29,7 +29,7 @@ def test_a_pass_reads_the_rules_once_and_outside_a_pass_every_call_reads(spark, 
         with catalog.one_read():  # a nested pass shares the outer one
             assert catalog.fingerprint(spark, settings) == fingerprint
     assert reads.count("alert_rules") == 1, reads
-    assert [(r.id, r.version) for r in in_force] == [pair for pair in fingerprint]  # the packaged rules, all enabled
+    assert [(r.id, r.version) for r in in_force] == list(fingerprint)  # the packaged rules, all enabled
     assert {r.id for r in in_force} == {r.id for r in load_rules()}
 
     reads.clear()
