@@ -21,7 +21,7 @@ from sensorcep.pipeline.backtest import backtest
 from sensorcep.routes import planning
 from sensorcep.routes.model import load_routes
 from sensorcep.rules import catalog
-from sensorcep.rules.model import load_rules
+from sensorcep.rules.model import check_fields, load_rules
 from sensorcep.runtime import get_spark
 from sensorcep.settings import PROJECT_ROOT, env_settings
 
@@ -127,7 +127,7 @@ def cmd_rules(args) -> None:
     settings = env_settings()
     path = args.file or settings.rules_file
     if args.action == "check":
-        rules = load_rules(path)
+        rules = check_fields(load_rules(path), settings.extra_field_names, path or "the packaged rule set")
         print(f"✔ {path or 'the packaged rule set'}: {len(rules)} valid rule(s)")
         for rule in rules:
             print(f"  {rule.id:<28} {rule.kind:<10} {rule.text}{'' if rule.enabled else '  (disabled)'}")

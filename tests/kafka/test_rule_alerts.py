@@ -41,10 +41,13 @@ def versioned(rules: list[dict], version: int = 1) -> list[catalog.VersionedRule
 
 
 def fired_by_spark(spark, settings, frame: pd.DataFrame, rules: list[dict]) -> set[tuple]:
+    extra = [c for c in frame.columns if c == "voltage"]  # a field kept through extra_fields: text in bronze
     df = spark.createDataFrame(
         frame.assign(
             event_time=pd.to_datetime(frame.event_time_us, unit="us", utc=True), kafka_timestamp=pd.Timestamp(T0)
-        )[["device_id", "sensor_freq", "event_time", "kafka_timestamp"]]
+        )[["device_id", "sensor_freq", "event_time", "kafka_timestamp", *extra]],
+        schema="device_id string, sensor_freq double, event_time timestamp, kafka_timestamp timestamp"
+        + "".join(f", {c} string" for c in extra),
     )
     chosen = versioned(rules)
     got = alerts.alert_stream(df, chosen, evaluate.scope_devices(spark, settings, chosen)).collect()
@@ -85,6 +88,29 @@ def _no_scope(rule: dict) -> dict:
     return {k: v for k, v in rule.items() if k != "scope"}
 
 
+comparisons = st.fixed_dictionaries(
+    {"field": st.sampled_from(["sensor_freq", "voltage"]), "op": st.sampled_from(["<", "<=", ">", ">=", "==", "!="]),
+     "value": st.sampled_from([*VALUES, 180.0])}
+)  # fmt: skip
+conditions = st.recursive(
+    comparisons,
+    lambda inner: st.one_of(
+        st.lists(inner, min_size=1, max_size=3).map(lambda parts: {"all": parts}),
+        st.lists(inner, min_size=1, max_size=3).map(lambda parts: {"any": parts}),
+        inner.map(lambda part: {"not": part}),
+    ),
+    max_leaves=4,
+)
+#: combined conditions over sensor_freq and a text field (absent, junk, numbers written several ways)
+combined_rule_sets = st.lists(st.tuples(conditions, scopes), min_size=1, max_size=4).map(
+    lambda rules: [
+        {"id": f"c{i}", "kind": "threshold", "when": when, **({"scope": scope} if scope else {})}
+        for i, (when, scope) in enumerate(rules)
+    ]
+)
+voltages = st.sampled_from([None, "170", "180", "180.0", "1.8e2", "240", "-1", "n/a", "NaN", " 200", "0x10"])
+
+
 def test_property_spark_fires_exactly_what_the_oracle_fires(spark, settings):
     """Random rule sets (every operator, scoped to a device, a site, a sensor type or none, some disabled) over
     random events out of order: the alerts Spark fires are the plain-Python oracle's, by alert_id and rule."""
@@ -94,6 +120,20 @@ def test_property_spark_fires_exactly_what_the_oracle_fires(spark, settings):
     @given(rules=rule_sets, rows=event_sets)
     def check(rules, rows):
         frame = events(*rows)
+        assert fired_by_spark(spark, settings, frame, rules) == rule_alerts(frame, rules, DEVICES)
+
+    check()
+
+
+def test_property_combined_conditions_over_any_field_fire_in_spark_exactly_what_the_oracle_fires(spark, settings):
+    """Random conditions (all / any / not, nested) over sensor_freq and a text field that may be absent, junk or a
+    number written several ways: Spark fires what the plain-Python oracle fires, by alert_id and rule."""
+    write_devices(spark, settings)
+
+    @hypothesis_settings(max_examples=examples(25, 6), deadline=None, suppress_health_check=list(HealthCheck))
+    @given(rules=combined_rule_sets, rows=event_sets, volts=st.lists(voltages, min_size=40, max_size=40))
+    def check(rules, rows, volts):
+        frame = events(*rows).assign(voltage=volts[: len(rows)])
         assert fired_by_spark(spark, settings, frame, rules) == rule_alerts(frame, rules, DEVICES)
 
     check()

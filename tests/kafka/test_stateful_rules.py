@@ -35,7 +35,7 @@ from sensorcep.pipeline.backtest import backtest
 from sensorcep.pipeline.streaming import start_query, stop_queries
 from sensorcep.rules import catalog
 from sensorcep.rules.catalog import VersionedRule
-from sensorcep.rules.model import parse_rules
+from sensorcep.rules.model import FUNCTIONS, parse_rules
 
 RULES = [
     {"id": "jump", "kind": "rate", "field": "sensor_freq", "op": ">", "value": 2.0},
@@ -46,6 +46,22 @@ RULES = [
     {"id": "up_down", "kind": "sequence", "first": {"field": "sensor_freq", "op": ">", "value": 4.0},
      "then": {"field": "sensor_freq", "op": "<=", "value": 1.0}, "within": "10 seconds"},
     {"id": "odd", "kind": "baseline", "field": "sensor_freq", "k": 1.0, "span": 3, "min_events": 2},
+]  # fmt: skip
+
+
+def _on(field: str, op: str, value: float) -> dict:
+    return {"field": field, "op": op, "value": value}
+
+
+#: rules over a field kept through extra_fields (text in bronze; absent or junk for some events), conditions combined
+VOLTAGE_RULES = [
+    {"id": "sags", "kind": "count", "when": {"not": _on("voltage", ">=", 180.0)}, "at_least": 2, "within": "60 s"},
+    {"id": "surge_then_sag", "kind": "sequence",
+     "first": {"all": [_on("voltage", ">", 240.0), _on("sensor_freq", ">", 1.0)]},
+     "then": {"any": [_on("voltage", "<", 180.0), _on("sensor_freq", "<", 0.1)]}, "within": "30 seconds"},
+    {"id": "volt_drop", "kind": "rate", "field": "voltage", "op": "<", "value": -5.0},
+    {"id": "low_avg_volts", "kind": "aggregate", "function": "avg", "field": "voltage", "window": "30 s",
+     "slide": "10 s", "op": "<", "value": 200.0},
 ]  # fmt: skip
 
 
@@ -83,20 +99,25 @@ def test_fixed_batches_through_the_live_writer_fire_what_the_oracle_fires_and_ke
     batches = [
         events(("d1", 0.0, 0), ("d1", 0.5, 10), ("d2", 5.0, 5), ("d1", 0.2, 20)),  # d1: three low within 40 s
         events(("d1", 30.0, 25), ("d2", 1.0, 8), ("d3", 0.0, 60)),  # d1 jumps (+29.8 in 5 s); d2 drops 4 in 3 s
-        events(("d3", 0.1, 200)),  # d3 silent 60 -> 200 s
+        events(("d3", 0.1, 200), ("d1", 0.05, 40)),  # d3 silent 60 -> 200 s
         events(("d2", 0.0, 300), ("d1", 0.0, 15)),  # d1 at 15 s: too late (the late-row filter's watermark: 30 s)
     ]
+    # d1: a sag at 0 s, a surge at 25 s (at 30 Hz) and a sag at 40 s; d2 without a voltage, or junk
+    volts = iter(["170", "250", None, "120", "245", "n/a", "100", "175", "150", "230", "200"])
+    batches = [batch.assign(voltage=[next(volts) for _ in range(len(batch))]) for batch in batches]
     write_batches(tmp_path / "in", batches)
     path = tmp_path / "rules.yaml"
-    path.write_text(yaml.safe_dump({"rules": RULES}))
-    settings = settings.replace(rules_file=str(path))
-    stream = batch_stream(spark, tmp_path / "in").withColumn("kafka_timestamp", F.col("event_time"))
+    path.write_text(yaml.safe_dump({"rules": RULES + VOLTAGE_RULES}))
+    settings = settings.replace(rules_file=str(path), extra_fields="voltage")
+    stream = batch_stream(spark, tmp_path / "in", extra=("voltage",)).withColumn("kafka_timestamp", F.col("event_time"))
     stateful_rules.start_stateful_rules(spark, settings, events=stream)
 
     sent = [json.loads(v) for _, _, _, v in topic_records(settings.kafka_bootstrap_servers, settings.alerts_topic)]
-    want = expected(batches, RULES, settings)
+    want = expected(batches, RULES + VOLTAGE_RULES, settings)
     assert {(a["alert_id"], a["rule_id"]) for a in sent} == want
-    assert {rule for _, rule in want} == {"jump", "drop_d2", "three_low", "silent", "up_down", "odd"}, "all kinds"
+    kinds = {"jump", "drop_d2", "three_low", "silent", "up_down", "odd", "sags", "surge_then_sag", "volt_drop"}
+    kinds |= {"low_avg_volts"}
+    assert {rule for _, rule in want} == kinds, "every kind, and the rules over voltage"
     assert late_rows(settings, "stateful_rules") == late_events(batches, settings.watermark_seconds * 1000)
     assert [(d, t) for d, _, t, _ in late_rows(settings, "stateful_rules")] == [("d1", T0_US + 15_000_000)]
 
@@ -143,6 +164,9 @@ def fleets(draw):
                                            "at_least": n, "within": f"{w} seconds"},
                           st.integers(2, 3), st.sampled_from([10, 30, 90]), st.sampled_from([0.1, 1.0, 5.0])),
                 st.builds(lambda w: {"kind": "absence", "within": f"{w} seconds"}, st.sampled_from([5, 20, 60])),
+                st.builds(lambda f, w, s: {"kind": "aggregate", "function": f, "field": "sensor_freq",
+                                           "window": f"{w} seconds", "slide": f"{s} seconds", "op": ">", "value": 1.0},
+                          st.sampled_from(FUNCTIONS), st.sampled_from([20, 60]), st.sampled_from([10, 20])),
                 st.builds(lambda k, n: {"kind": "baseline", "field": "sensor_freq", "k": k, "span": 4, "min_events": n},
                           st.sampled_from([0.5, 1.5]), st.integers(2, 4)),
                 st.builds(lambda a, b, w: {"kind": "sequence", "first": {"field": "sensor_freq", "op": ">", "value": a},
@@ -237,24 +261,44 @@ def test_a_running_stateful_rules_query_picks_up_a_rule_change_mid_stream(spark,
 
 def test_a_backtest_of_the_rules_in_force_judges_only_the_events_the_live_query_took(spark, settings):
     """An event too late for the live stateful query's watermark is in late_events and fired nothing live; the backtest
-    of the rules in force must not judge it either (it used to add an alert the live run never fired)."""
+    of the rules in force must not judge it either (it used to add an alert the live run never fired). The rules
+    also read a field kept through extra_fields: from the topic's JSON through bronze, live and in the backtest."""
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic])
     low = {"id": "low", "kind": "count", "field": "sensor_freq", "op": "<", "value": 0.0, "at_least": 2}
-    rules = parse_rules({"rules": [{**low, "within": "1 minute"}]})  # two lows within a minute fire
+    sag = {"id": "sag", "kind": "count", "when": {"not": {"field": "voltage", "op": ">=", "value": 180}}, "at_least": 2}
+    hot = {"all": [{"field": "sensor_freq", "op": ">", "value": 4}, {"field": "voltage", "op": "<", "value": 180}]}
+    rules = parse_rules(  # two lows (two sags) within a minute fire; a hot event at a low voltage fires
+        {"rules": [{**low, "within": "1 minute"}, {**sag, "within": "1 minute"}, {"id": "brownout", "kind": "threshold",
+                                                                                  "when": hot}]}
+    )  # fmt: skip
+    settings = settings.replace(alerts_trigger="availableNow", extra_fields="voltage")
     catalog.apply_rules(spark, settings, rules)
-    settings = settings.replace(alerts_trigger="availableNow")
 
-    def deliver(rows):  # the fleet sends, ingest lands them in bronze, the stateful query judges them
-        produce_events(settings.kafka_bootstrap_servers, settings.events_topic, rows)
+    def deliver(rows, volts):  # the fleet sends, ingest lands them in bronze, the stateful query judges them
+        extra = [{"voltage": v} if v is not None else {} for v in volts]
+        produce_events(settings.kafka_bootstrap_servers, settings.events_topic, rows, extra)
         ingest.start_ingest(spark, settings)
         stateful_rules.start_stateful_rules(spark, settings)
 
-    deliver([("d1", 5.0, 0), ("d1", -1.0, 50), ("d1", -1.5, 55), ("d1", 5.0, 100)])  # fires at 55 s; watermark 70 s
-    deliver([("d1", -2.0, 20), ("d1", -2.5, 25), ("d1", 5.0, 130)])  # two lows too late: judged, they would fire
+    # fires low at 55 s, sag at 50 s (170 then 175), brownout at 0 s; watermark 70 s
+    deliver([("d1", 5.0, 0), ("d1", -1.0, 50), ("d1", -1.5, 55), ("d1", 5.0, 100)], [170, "175", "n/a", 200])
+    deliver([("d1", -2.0, 20), ("d1", -2.5, 25), ("d1", 5.0, 130)], [100, 100, None])  # too late: they would fire
+    alerts.start_alerts(spark, settings)
     alerts.start_anomalies(spark, settings)
 
     late = sorted((d, t) for d, _, t, _ in late_rows(settings, "stateful_rules"))
     assert late == [("d1", T0_US + 20_000_000), ("d1", T0_US + 25_000_000)]
-    assert {rule for _, rule, _ in alerts_on_topic(settings)} == {"low"} and len(alerts_on_topic(settings)) == 1
+    assert sorted((rule, t) for _, rule, t in alerts_at(settings)) == [
+        ("brownout", T0_US), ("low", T0_US + 55_000_000), ("sag", T0_US + 50_000_000)
+    ]  # fmt: skip
     result = backtest(spark, settings, rules)
-    assert result.totals == {"live": 1, "candidate": 1, "added": 0, "dropped": 0, "kept": 1}, result
+    assert result.totals == {"live": 3, "candidate": 3, "added": 0, "dropped": 0, "kept": 3}, result
+
+
+def alerts_at(settings) -> set[tuple]:
+    """(alert_id, rule_id, event time in µs) of every alert on the alerts topic."""
+    found = set()
+    for _, _, _, value in topic_records(settings.kafka_bootstrap_servers, settings.alerts_topic):
+        alert = json.loads(value)
+        found.add((alert["alert_id"], alert["rule_id"], int(pd.Timestamp(alert["event_time"]).value // 1000)))
+    return found

@@ -15,7 +15,9 @@ An empty DataFrame in ``batches`` stands for a no-data batch (e.g. the one a run
 from __future__ import annotations
 
 import hashlib
+import math
 import operator
+import statistics
 from collections import defaultdict
 
 import pandas as pd
@@ -113,15 +115,66 @@ _OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": opera
 _OPERATORS["!="] = operator.ne
 
 
+def reads_as_number(value) -> bool:
+    """Whether a rule reads an event field as a number: an int or float that is finite, or text that is a plain
+    decimal and nothing else (no spaces, underscores, hex, NaN, other digits), finite once read."""
+    if isinstance(value, bool) or value is None:
+        return False
+    if isinstance(value, str):
+        digits, dot, exponent = "0123456789", ".", "eE"
+        mantissa, _, power = next(
+            ((value[:i], value[i], value[i + 1 :]) for i, ch in enumerate(value) if ch in exponent), (value, "", None)
+        )
+        mantissa = mantissa[1:] if mantissa[:1] in "+-" and mantissa else mantissa
+        whole, _, fraction = mantissa.partition(dot)
+        if not (whole or fraction) or any(ch not in digits for ch in whole + fraction):
+            return False
+        if power is not None:
+            power = power[1:] if power[:1] in "+-" and power else power
+            if not power or any(ch not in digits for ch in power):
+                return False
+    elif not isinstance(value, int | float):
+        return False
+    return math.isfinite(float(value))
+
+
+def meets(condition: dict, event: dict, negate: bool = False) -> bool:
+    """Whether ``event`` meets a rule condition as written in YAML, read recursively (``negate``: under a ``not``):
+    a comparison whose field the event lacks or does not carry as a number is false, negated or not."""
+    if "all" in condition or "any" in condition:
+        parts = [meets(part, event, negate) for part in condition.get("all", condition.get("any"))]
+        every = ("all" in condition) != negate  # not all = any not; not any = all not
+        return all(parts) if every else any(parts)
+    if "not" in condition:
+        return meets(condition["not"], event, not negate)
+    value = event.get(condition["field"])
+    if not reads_as_number(value):
+        return False
+    return _OPERATORS[condition["op"]](float(value), condition["value"]) != negate
+
+
+def _condition(rule: dict, key: str = "when") -> dict:
+    """A rule's condition as written: ``when``, else its inline field/op/value."""
+    return rule.get(key) or {name: rule[name] for name in ("field", "op", "value")}
+
+
+def _event_rows(events: pd.DataFrame) -> list[dict]:
+    """The events as dicts of their fields (a null field absent)."""
+    return [{k: v for k, v in row.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
+            for row in events.to_dict("records")]  # fmt: skip
+
+
 def rule_alerts(events: pd.DataFrame, rules: list[dict], devices: dict[str, dict] | None = None) -> set[tuple]:
     """(alert_id, rule_id) of every alert a set of threshold rules (as written in YAML) fires over ``events``
-    (device_id, sensor_freq, event_time_us), in plain Python: each event against each enabled rule, its scope looked
-    up in ``devices`` (device_id -> {site, sensor_type}), alert_id = sha256(device|event_time_us|rule_id)[:32]."""
+    (device_id, sensor_freq, event_time_us, any other fields), in plain Python: each event against each enabled rule
+    (:func:`meets`), its scope looked up in ``devices`` (device_id -> {site, sensor_type}), alert_id =
+    sha256(device|event_time_us|rule_id)[:32]."""
     devices = devices or {}
     fired = set()
-    for device, freq, event_us in zip(events.device_id, events.sensor_freq, events.event_time_us, strict=True):
+    for event in _event_rows(events):
+        device, event_us = event["device_id"], event["event_time_us"]
         for rule in rules:
-            if not rule.get("enabled", True) or not _OPERATORS[rule["op"]](freq, rule["value"]):
+            if not rule.get("enabled", True) or not meets(_condition(rule), event):
                 continue
             scope = rule.get("scope") or {}
             if "device_id" in scope and device != scope["device_id"]:
@@ -134,9 +187,10 @@ def rule_alerts(events: pd.DataFrame, rules: list[dict], devices: dict[str, dict
 
 
 def stateful_rule_alerts(events: pd.DataFrame, rules: list[dict], watermark_ms: int) -> set[tuple]:
-    """(alert_id, rule_id) of the alerts of rate, count and absence rules (as written in YAML, scoped to a device or
-    not), in plain Python, over the events a stateful operator accepted (:func:`accepted_events`) and that the final
-    ``watermark_ms`` has passed, each device's in event-time order."""
+    """(alert_id, rule_id) of the alerts of the stateful rules (as written in YAML, scoped to a device or not), in
+    plain Python, over the events a stateful operator accepted (:func:`accepted_events`) and that the final
+    ``watermark_ms`` has passed, each device's in event-time order. A rate or baseline rule reads only the events
+    that carry its field as a number; count and sequence conditions are read by :func:`meets`."""
     fired = set()
 
     def alert(device: str, t_us: int, rule: dict) -> None:
@@ -144,42 +198,49 @@ def stateful_rule_alerts(events: pd.DataFrame, rules: list[dict], watermark_ms: 
 
     final = events[events.event_time_us <= watermark_ms * 1000]
     for device, group in final.groupby("device_id"):
-        ordered = group.sort_values("event_time_us")
-        times, values = ordered.event_time_us.astype("int64").tolist(), ordered.sensor_freq.tolist()
+        ordered = _event_rows(group.sort_values("event_time_us"))
+        times = [int(e["event_time_us"]) for e in ordered]
         for rule in rules:
             used: set[int] = set()
             scope = rule.get("scope") or {}
             if not rule.get("enabled", True) or scope.get("device_id", device) != device:
                 continue
+            if rule["kind"] in ("rate", "baseline"):
+                read = [(t, float(e[rule["field"]])) for t, e in zip(times, ordered, strict=True)
+                        if reads_as_number(e.get(rule["field"]))]  # fmt: skip
+                at, values = [t for t, _ in read], [x for _, x in read]
             if rule["kind"] == "rate":
-                for i in range(1, len(times)):
-                    change = (values[i] - values[i - 1]) / ((times[i] - times[i - 1]) / 1e6)
+                for i in range(1, len(at)):
+                    change = (values[i] - values[i - 1]) / ((at[i] - at[i - 1]) / 1e6)
                     if _OPERATORS[rule["op"]](change, rule["value"]):
-                        alert(device, times[i], rule)
+                        alert(device, at[i], rule)
             elif rule["kind"] == "count":
                 within_us = pd.Timedelta(rule["within"]).value // 1000
-                hits = [t for t, v in zip(times, values, strict=True) if _OPERATORS[rule["op"]](v, rule["value"])]
+                hits = [t for t, e in zip(times, ordered, strict=True) if meets(_condition(rule), e)]
                 for t in hits:
                     if sum(t - within_us <= other <= t for other in hits) >= rule["at_least"]:
                         alert(device, t, rule)
             elif rule["kind"] == "sequence":
                 within_us = pd.Timedelta(rule["within"]).value // 1000
-                first, then = rule["first"], rule["then"]
                 for i, t in enumerate(times):
-                    if not _OPERATORS[then["op"]](values[i], then["value"]):
+                    if not meets(rule["then"], ordered[i]):
                         continue
-                    j = _latest_first(times, values, first, i)  # the one the query remembers
+                    j = _latest_first(ordered, rule["first"], i)  # the one the query remembers
                     if j is not None and t - times[j] <= within_us and j not in used:
                         used.add(j)  # used up
                         alert(device, t, rule)
             elif rule["kind"] == "baseline":
-                for i, (t, x) in enumerate(zip(times, values, strict=True)):
+                for i, (t, x) in enumerate(zip(at, values, strict=True)):
                     mean, spread = ew_baseline(values[:i], rule["span"])
                     floor = rule.get("min_spread") or 0.0
                     # pandas' weighted mean of a constant run may miss the constant by rounding: that is no departure
                     departure = abs(x - mean) if abs(x - mean) > 1e-9 * (1 + abs(mean)) else 0.0
                     if i >= rule.get("min_events", 20) and departure > rule["k"] * max(spread, floor):
                         alert(device, t, rule)
+            elif rule["kind"] == "aggregate":
+                for end_us, found in _window_aggregates(rule, times, ordered, watermark_ms * 1000):
+                    if found is not None and _OPERATORS[rule["op"]](found, rule["value"]):
+                        alert(device, end_us, rule)
             elif rule["kind"] == "absence":
                 within_us = pd.Timedelta(rule["within"]).value // 1000
                 for before, after in zip(times, times[1:], strict=False):
@@ -190,9 +251,36 @@ def stateful_rule_alerts(events: pd.DataFrame, rules: list[dict], watermark_ms: 
     return fired
 
 
-def _latest_first(times: list, values: list, first: dict, before: int) -> int | None:
+def _window_aggregates(rule: dict, times: list[int], events: list[dict], until_us: int) -> list[tuple]:
+    """(window end in µs, aggregate or None) of every window of an aggregate rule that holds one of the device's
+    events and that ends by ``until_us``: each window's events gathered afresh (start at a multiple of the slide),
+    then aggregated by Python's own functions (``statistics.stdev`` for stddev)."""
+    window_us = pd.Timedelta(rule["window"]).value // 1000
+    slide_us = pd.Timedelta(rule.get("slide") or rule["window"]).value // 1000
+    field = rule.get("field")
+    read = [(t, 1.0 if field is None else float(e[field])) for t, e in zip(times, events, strict=True)
+            if field is None or reads_as_number(e.get(field))]  # fmt: skip
+    if not read:
+        return []
+    first = read[0][0] - read[0][0] % slide_us - window_us
+    found = []
+    for start in range(first, read[-1][0] + 1, slide_us):
+        values = [x for t, x in read if start <= t < start + window_us]
+        if not values or start + window_us > until_us:
+            continue
+        function = rule["function"]
+        if function == "stddev":
+            value = statistics.stdev(values) if len(values) > 1 else None
+        else:
+            value = {"avg": sum(values) / len(values), "min": min(values), "max": max(values), "sum": sum(values),
+                     "count": float(len(values))}[function]  # fmt: skip
+        found.append((start + window_us, value))
+    return found
+
+
+def _latest_first(events: list[dict], first: dict, before: int) -> int | None:
     """The index of the latest event before ``before`` that met the sequence's ``first`` condition."""
-    found = [j for j in range(before) if _OPERATORS[first["op"]](values[j], first["value"])]
+    found = [j for j in range(before) if meets(first, events[j])]
     return found[-1] if found else None
 
 

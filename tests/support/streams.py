@@ -12,6 +12,8 @@ import pandas as pd
 T0 = datetime(2026, 1, 5, 0, 0, tzinfo=timezone.utc)  # a multiple of every window / slide used
 T0_US = int(T0.timestamp() * 1_000_000)
 EVENT_SCHEMA = "device_id string, sensor_freq double, event_time timestamp"
+#: event fields a test keeps as through ``extra_fields``: written to batch files as text when a batch has them
+EXTRA_FIELDS = ("voltage",)
 
 
 def events(*rows: tuple[str, float, float]) -> pd.DataFrame:
@@ -27,13 +29,17 @@ def write_batches(folder: Path, batches: list[pd.DataFrame], first_index: int = 
     for i, batch in enumerate(batches, start=first_index):
         path = folder / f"batch-{i:04d}.parquet"
         out = batch.assign(event_time=pd.to_datetime(batch.event_time_us, unit="us", utc=True))
-        out[["device_id", "sensor_freq", "event_time"]].to_parquet(path, index=False, coerce_timestamps="us")
+        extra = [c for c in EXTRA_FIELDS if c in out.columns]
+        columns = ["device_id", "sensor_freq", "event_time", *extra]
+        out[columns].astype({c: "string" for c in extra}).to_parquet(path, index=False, coerce_timestamps="us")
         stamp = 1_700_000_000 + i
         os.utime(path, (stamp, stamp))
 
 
-def batch_stream(spark, folder: Path):
-    return spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(folder))
+def batch_stream(spark, folder: Path, extra: tuple[str, ...] = ()):
+    """The batch files as a stream, one file per micro-batch; ``extra``: fields kept through extra_fields (text)."""
+    schema = EVENT_SCHEMA + "".join(f", {name} string" for name in extra)
+    return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(folder))
 
 
 def delta_frame(path: str, columns: list[str] | None = None, version: int | None = None) -> pd.DataFrame:
@@ -188,15 +194,20 @@ def drained(settings):
     return done
 
 
-def produce_events(bootstrap: str, topic: str, rows: list[tuple[str, float, float]]) -> pd.DataFrame:
-    """Events as the fleet sends them (JSON on Kafka, stamped at their event time); returns them as a frame."""
+def produce_events(
+    bootstrap: str, topic: str, rows: list[tuple[str, float, float]], extra: list[dict] | None = None
+) -> pd.DataFrame:
+    """Events as the fleet sends them (JSON on Kafka, stamped at their event time); returns them as a frame.
+    ``extra``: more fields of each event (e.g. ``{"voltage": 230}``), one mapping per row."""
     from sensorcep.local import simulator
 
     frame = events(*rows)
     stamps = pd.to_datetime(frame.event_time_us, unit="us", utc=True)
     values = [
-        json.dumps({"device_id": d, "sensor_freq": f, "event_time": t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}).encode()
-        for d, f, t in zip(frame.device_id, frame.sensor_freq, stamps, strict=True)
+        json.dumps(
+            {"device_id": d, "sensor_freq": f, "event_time": t.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), **more}
+        ).encode()
+        for d, f, t, more in zip(frame.device_id, frame.sensor_freq, stamps, extra or [{}] * len(frame), strict=True)
     ]
     records = pd.DataFrame({"key": [d.encode() for d in frame.device_id], "value": values})
     simulator.produce_records(records.assign(timestamp_ms=(frame.event_time_us // 1000).tolist()), bootstrap, topic)

@@ -21,6 +21,10 @@ def rule(**fields) -> dict:
     return {"id": "low", "kind": "threshold", "field": "sensor_freq", "op": "<", "value": 0, **fields}
 
 
+def aggregate(**fields) -> dict:
+    return {"id": "a", "kind": "aggregate", "function": "count", "window": "1 minute", "op": "<", "value": 1, **fields}
+
+
 def test_the_packaged_rule_set_is_the_original_rule_as_one_row():
     (only,) = load_rules()
     assert (only.id, only.kind, only.text, only.enabled) == ("negative_frequency", "threshold", "sensor_freq < 0", True)
@@ -30,7 +34,7 @@ def test_the_packaged_rule_set_is_the_original_rule_as_one_row():
     ("document", "says"),
     [
         ({"rules": [rule(id="Low Freq")]}, "rule 1 (Low Freq), id: String should match pattern"),
-        ({"rules": [rule(field="temperature")]}, "field: 'temperature' is not a numeric field of an event"),
+        ({"rules": [rule(field="device_id")]}, "field: 'device_id' is not a numeric field of an event"),
         ({"rules": [rule(op="=<")]}, "op: Input should be '<', '<=', '>', '>=', '==' or '!='"),
         ({"rules": [rule(value=float("nan"))]}, "value: must be a finite number, not nan"),
         ({"rules": [rule(value="low")]}, "value: Input should be a valid number"),
@@ -51,6 +55,10 @@ def test_the_packaged_rule_set_is_the_original_rule_as_one_row():
         ({"rules": ["low"]}, "rule 1: expected a mapping of a rule's fields, not str"),
         ({"rules": [rule(), rule(value=5)]}, "rules 1 and 2 share the id 'low'"),
         ({"rules": [rule(), {"id": "x"}]}, "rule 2 (x): kind is missing; one of: threshold, rate, count, absence"),
+        ({"rules": [aggregate(function="avg")]}, "rule 1 (a): avg needs a field to aggregate (only count may go"),
+        ({"rules": [aggregate(window="5 minutes", slide="2 minutes")]}, "window (5 minutes) must be a whole number of"),
+        ({"rules": [aggregate(window="1 hour", slide="1 second")]}, "window / slide is 3600: at most 60 windows"),
+        ({"rules": [aggregate(function="median")]}, "function: Input should be 'avg', 'min', 'max', 'sum', 'count'"),
         ({"rules": {"id": "low"}}, "'rules' must be a list of rules, not dict"),
         (["low"], "expected a mapping with a 'rules' list"),
     ],
@@ -116,12 +124,17 @@ def test_the_python_evaluation_of_a_threshold_matches_its_operator_and_device_sc
     devices = np.array(["a", "b", "a", "b"])
     for op, want in [("<", [1, 0, 0, 0]), ("<=", [1, 1, 0, 0]), (">", [0, 0, 1, 1]), ("==", [0, 1, 0, 0])]:
         (parsed,) = parse_rules({"rules": [rule(op=op, value=0)]})
-        assert parsed.fires(freq, devices).astype(int).tolist() == want
+        assert parsed.fires({"sensor_freq": freq}, devices).astype(int).tolist() == want
     (scoped,) = parse_rules({"rules": [rule(op=">", value=-5, scope={"device_id": "b"})]})
-    assert scoped.fires(freq, devices).tolist() == [False, True, False, True]
+    assert scoped.fires({"sensor_freq": freq}, devices).tolist() == [False, True, False, True]
+    either = {"any": [{"field": "sensor_freq", "op": "<", "value": 0}, {"field": "voltage", "op": ">", "value": 2}]}
+    (combined,) = parse_rules({"rules": [{"id": "c", "kind": "threshold", "when": either}]})
+    assert combined.fires({"sensor_freq": freq}, devices).tolist() == [True, False, False, False], "no voltage column"
+    voltage = np.array([0.0, 3.0, 0.0, 1.0])
+    assert combined.fires({"sensor_freq": freq, "voltage": voltage}, devices).tolist() == [True, True, False, False]
     (by_site,) = parse_rules({"rules": [rule(scope={"site": "lab"})]})
     with pytest.raises(RuleError, match="a site scope needs the devices table"):
-        by_site.fires(freq, devices)
+        by_site.fires({"sensor_freq": freq}, devices)
 
 
 def test_the_commented_examples_in_the_packaged_rule_set_are_valid_rules_of_every_kind():
@@ -133,14 +146,17 @@ def test_the_commented_examples_in_the_packaged_rule_set_are_valid_rules_of_ever
     examples = text.split("ready to copy", 1)[1].split("\n", 1)[1]
     uncommented = "\n".join(line.replace("  # ", "  ", 1) for line in examples.splitlines())
     parsed = parse_rules(yaml.safe_load("rules:\n" + uncommented))
-    assert [r.kind for r in parsed] == ["threshold", "rate", "count", "absence", "sequence", "baseline"]
+    kinds = ["threshold", "threshold", "rate", "count", "absence", "sequence", "baseline", "aggregate"]
+    assert [r.kind for r in parsed] == kinds
     assert [r.text for r in parsed] == [
         "sensor_freq > 95 [site=lab]",
+        "sensor_freq > 55 and (voltage > 250 or not voltage >= 180)",
         "change of sensor_freq per second > 50",
         "3+ events with sensor_freq < 1 within 5 minutes",
         "no event for 10 minutes",
         "sensor_freq > 95 then sensor_freq < 1 within 2 minutes",
         "sensor_freq more than 4 spreads from the device's baseline (span 50)",
+        "avg(sensor_freq) over 5 minutes every 1 minute > 80",
     ]
 
 
@@ -152,12 +168,34 @@ STATEFUL = [
     {"id": "far", "kind": "baseline", "field": "sensor_freq", "k": 1.0, "span": 4, "min_events": 3, "min_spread": 2.0},
     {"id": "up_then_down", "kind": "sequence", "first": {"field": "sensor_freq", "op": ">", "value": 5.0},
      "then": {"field": "sensor_freq", "op": "<", "value": 1.0}, "within": "60 seconds"},
+    # the same kinds over a field kept through extra_fields (text, sometimes absent or junk) and combined conditions
+    {"id": "volt_jump", "kind": "rate", "field": "voltage", "op": "<", "value": -1.0},
+    {"id": "hot_avg", "kind": "aggregate", "function": "avg", "field": "sensor_freq", "window": "60 s", "slide": "20 s",
+     "op": ">", "value": 2.0},
+    {"id": "busy", "kind": "aggregate", "function": "count", "window": "30 s", "op": ">=", "value": 3},
+    {"id": "volt_spread", "kind": "aggregate", "function": "stddev", "field": "voltage", "window": "90 s",
+     "slide": "30 s", "op": ">", "value": 100.0},
+    {"id": "volt_low", "kind": "aggregate", "function": "min", "field": "voltage", "window": "40 s", "op": "<",
+     "value": 180.0},
+    {"id": "sags", "kind": "count", "when": {"any": [{"field": "voltage", "op": "<", "value": 180.0},
+     {"not": {"field": "sensor_freq", "op": ">=", "value": 0.0}}]}, "at_least": 2, "within": "40 s"},
+    {"id": "volt_odd", "kind": "baseline", "field": "voltage", "k": 1.0, "span": 4, "min_events": 2},
+    {"id": "surge_then_sag", "kind": "sequence",
+     "first": {"all": [{"field": "voltage", "op": ">", "value": 230.0},
+                       {"field": "sensor_freq", "op": ">", "value": 1.0}]},
+     "then": {"not": {"field": "voltage", "op": ">=", "value": 180.0}}, "within": "90 seconds"},
 ]  # fmt: skip
+VOLTAGES = [None, "170", "200", "240.5", "1e3", "n/a"]
 
 
 @given(
     rows=st.lists(
-        st.tuples(st.sampled_from(["a", "b"]), st.sampled_from([-1.0, 0.5, 2.0, 7.0]), st.integers(0, 300)),
+        st.tuples(
+            st.sampled_from(["a", "b"]),
+            st.sampled_from([-1.0, 0.5, 2.0, 7.0]),
+            st.integers(0, 300),
+            st.sampled_from(VOLTAGES),
+        ),  # fmt: skip
         max_size=40,
         unique_by=lambda r: (r[0], r[2]),
     ),
@@ -173,7 +211,7 @@ def test_property_the_stateful_logic_in_any_watermark_steps_equals_the_oracle(ro
     from sensorcep.rules.sequential import advance
 
     rules = [VersionedRule(r, 1) for r in parse_rules({"rules": STATEFUL})]
-    frame = pd.DataFrame(rows, columns=["device_id", "sensor_freq", "s"]).assign(
+    frame = pd.DataFrame(rows, columns=["device_id", "sensor_freq", "s", "voltage"]).assign(
         event_time_us=lambda f: f.s.astype("int64") * 1_000_000
     )
     final_us = 330 * 1_000_000
@@ -181,7 +219,10 @@ def test_property_the_stateful_logic_in_any_watermark_steps_equals_the_oracle(ro
     for device, group in frame.groupby("device_id"):
         memory, done = {}, -1
         for mark_us in [*sorted(c * 1_000_000 for c in cuts), final_us]:
-            step = [(int(t), float(v), None) for t, v in zip(group.event_time_us, group.sensor_freq, strict=True)]
+            step = [
+                (int(t), float(v), None, {"voltage": volts})
+                for t, v, volts in zip(group.event_time_us, group.sensor_freq, group.voltage, strict=True)
+            ]
             step = [e for e in step if done < e[0] <= mark_us]
             fired, memory = advance(rules, device, memory, step, mark_us)
             got |= {(alert_id(f.device_id, f.event_time_us, f.rule_id), f.rule_id) for f in fired}
@@ -216,3 +257,18 @@ def test_a_sensor_stuck_at_one_value_fires_when_it_departs_unless_min_spread_all
     assert fired(1.0, 24.5) == [30_000_000]
     plain = parse_rules({"rules": [{"id": "b", "kind": "baseline", "field": "sensor_freq", "k": 4.0, "span": 10}]})[0]
     assert "min_spread" not in spec_json(plain), "a rule that does not set it keeps its spec (and its version)"
+
+
+def test_an_aggregate_window_fires_once_when_the_watermark_closes_it_and_its_end_arms_the_timer():
+    from sensorcep.rules.catalog import VersionedRule
+    from sensorcep.rules.sequential import advance, next_deadline_us
+
+    spread = {"id": "noisy", "kind": "aggregate", "function": "stddev", "field": "sensor_freq", "window": "1 minute",
+              "op": ">", "value": 1.0}  # fmt: skip
+    rules = [VersionedRule(r, 1) for r in parse_rules({"rules": [spread]})]
+    s = 1_000_000
+    fired, memory = advance(rules, "d", {}, [(10 * s, 0.0, None), (20 * s, 5.0, None), (70 * s, 9.0, None)], 70 * s)
+    assert [(f.event_time_us, f.rule_id, f.sensor_freq) for f in fired] == [(60 * s, "noisy", None)], "at its end"
+    assert next_deadline_us(rules, memory) == 120 * s, "the open window's end: the device may stay quiet"
+    fired, memory = advance(rules, "d", memory, [], 200 * s)
+    assert fired == [] and memory == {"noisy:1": []}, "one event: no spread, no verdict; the window is gone"

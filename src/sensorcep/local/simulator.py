@@ -232,7 +232,9 @@ def acknowledgements(
     rng = np.random.default_rng(simulation.config.seed + 7 if seed is None else seed)
     valid = simulation.distinct_valid
     fired = [
-        valid[rule.fires(valid.sensor_freq.to_numpy(), valid.device_id.to_numpy())].assign(rule_id=rule.id)
+        valid[rule.fires({"sensor_freq": valid.sensor_freq.to_numpy()}, valid.device_id.to_numpy())].assign(
+            rule_id=rule.id
+        )
         for rule in (load_rules() if rules is None else rules)
         if rule.kind == "threshold" and rule.enabled and (rule.scope is None or rule.scope.column == "device_id")
     ]

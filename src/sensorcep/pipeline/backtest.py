@@ -26,9 +26,9 @@ from sensorcep.pipeline.alerts import alert_stream
 from sensorcep.pipeline.ingest import BronzeMissingError
 from sensorcep.pipeline.lateness import LATE_KEY
 from sensorcep.pipeline.stateful_rules import QUERY as STATEFUL_QUERY
-from sensorcep.pipeline.stateful_rules import rule_alerts_batch
+from sensorcep.pipeline.stateful_rules import extra_fields_read, rule_alerts_batch
 from sensorcep.rules import catalog, evaluate
-from sensorcep.rules.model import Rule
+from sensorcep.rules.model import Rule, check_fields
 from sensorcep.settings import Settings
 
 #: columns of each alert a backtest lists
@@ -91,8 +91,9 @@ def backtest(
     changes = catalog.plan_changes(catalog.current_rows(spark, settings), rules)
     version = {row["rule_id"]: row["rule_version"] for row in changes.rows}
     candidate = [catalog.VersionedRule(rule, version[rule.id]) for rule in rules if rule.enabled]
+    check_fields([r.rule for r in candidate], settings.extra_field_names, "the candidate rules")
     events = _window(lake.read("bronze_events"), start, end).select(
-        "device_id", "sensor_freq", "event_time", "kafka_timestamp"
+        "device_id", "sensor_freq", "event_time", "kafka_timestamp", *extra_fields_read(candidate)
     )
     scoped = evaluate.scope_devices(spark, settings, candidate)
     stateless = [r for r in candidate if r.rule.stateless]

@@ -48,10 +48,11 @@ STATE_SCHEMA = "pending string, memory string"
 
 
 class RuleMachine(StatefulProcessor):
-    """Keyed by device: ``state`` = (pending events as JSON [[t_us, value, kafka_us], ...], memory as JSON)."""
+    """Keyed by device: ``state`` = (pending events as JSON [[t_us, value, kafka_us(, other fields)], ...], memory as
+    JSON)."""
 
     def __init__(self, rules: list[VersionedRule], scoped: dict[tuple, list[str]]):
-        self.rules, self.scoped = rules, scoped
+        self.rules, self.scoped, self.fields = rules, scoped, extra_fields_read(rules)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -79,10 +80,7 @@ class RuleMachine(StatefulProcessor):
             return iter([])
         pending, memory = self._load()
         for frame in rows:
-            pending += [
-                [int(t), float(v), None if pd.isna(k) else int(k)]
-                for t, v, k in zip(frame.event_time_us, frame.sensor_freq, frame.kafka_timestamp_us, strict=True)
-            ]
+            pending += event_tuples(frame, self.fields)
         self._save(pending, memory)
         return iter([])
 
@@ -107,6 +105,27 @@ class RuleMachine(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+def extra_fields_read(rules: list[VersionedRule]) -> list[str]:
+    """The event fields kept through ``extra_fields`` that the rules read (beside ``sensor_freq``)."""
+    return sorted(set().union(*(r.rule.fields for r in rules)) - {"sensor_freq"})
+
+
+def event_tuples(frame: pd.DataFrame, fields: list[str], until_us: int | None = None) -> list[list]:
+    """A frame of events -> [event_time_us, sensor_freq, kafka_timestamp_us(, {field: text})], as
+    :func:`sequential.advance` takes them (the other fields only when the rules read some); up to ``until_us``."""
+    kafka = frame.kafka_timestamp_us.astype("Int64")
+    others = [frame[name].astype(object).where(frame[name].notna(), None).tolist() for name in fields]
+    found = []
+    for index, (t, v, k) in enumerate(zip(frame.event_time_us, frame.sensor_freq, kafka, strict=True)):
+        if until_us is not None and t > until_us:
+            continue
+        event = [int(t), float(v), None if pd.isna(k) else int(k)]
+        if fields:
+            event.append({name: column[index] for name, column in zip(fields, others, strict=True)})
+        found.append(event)
+    return found
 
 
 def stateful_rules(spark: SparkSession, settings: Settings) -> list[VersionedRule]:
@@ -138,6 +157,7 @@ def rule_alert_stream(
             "sensor_freq",
             F.unix_micros("event_time").alias("event_time_us"),
             F.unix_micros("kafka_timestamp").alias("kafka_timestamp_us"),
+            *(F.col(name).cast("string") for name in extra_fields_read(rules)),
         )
         .groupBy("device_id")
         .transformWithStateInPandas(
@@ -161,22 +181,18 @@ def rule_alerts_batch(events: DataFrame, settings: Settings, rules: list[Version
     watermark_us = int(pd.Timestamp(newest).value // 1000) - settings.watermark_seconds * 1_000_000
 
     def judge(frame: pd.DataFrame) -> pd.DataFrame:
-        device = frame.device_id.iloc[0]
-        kafka = frame.kafka_timestamp_us.astype("Int64")
-        final = [
-            (int(t), float(v), None if pd.isna(k) else int(k))
-            for t, v, k in zip(frame.event_time_us, frame.sensor_freq, kafka, strict=True)
-            if t <= watermark_us
-        ]
-        fired, _ = sequential.advance(rules, device, {}, final, watermark_us, scoped)
+        final = event_tuples(frame, fields, until_us=watermark_us)
+        fired, _ = sequential.advance(rules, frame.device_id.iloc[0], {}, final, watermark_us, scoped)
         return pd.DataFrame([{**f.__dict__, "row_kind": "alert"} for f in fired], columns=OUTPUT_COLUMNS)
 
+    fields = extra_fields_read(rules)
     fired = (
         events.select(
             "device_id",
             "sensor_freq",
             F.unix_micros("event_time").alias("event_time_us"),
             F.unix_micros("kafka_timestamp").alias("kafka_timestamp_us"),
+            *(F.col(name).cast("string") for name in fields),
         )
         .groupBy("device_id")
         .applyInPandas(judge, OUTPUT_SCHEMA)

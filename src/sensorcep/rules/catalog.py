@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pyspark.sql import SparkSession
 
 from sensorcep.io.lake import Tables
-from sensorcep.rules.model import Rule, load_rules, rule_from_spec, spec_json
+from sensorcep.rules.model import Rule, check_fields, load_rules, rule_from_spec, spec_json
 from sensorcep.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -151,7 +151,9 @@ def current_rows(spark: SparkSession, settings: Settings) -> list[dict]:
 
 
 def apply_rules(spark: SparkSession, settings: Settings, rules: list[Rule]) -> Changes:
-    """Make ``rules`` the rule set in force (one Delta commit, nothing written when nothing changes)."""
+    """Make ``rules`` the rule set in force (one Delta commit, nothing written when nothing changes); a rule that reads
+    a field no event carries is refused (:func:`~sensorcep.rules.model.check_fields`)."""
+    check_fields([rule for rule in rules if rule.enabled], settings.extra_field_names)
     changes = plan_changes(current_rows(spark, settings), rules)
     if changes.any or not Tables(spark, settings).exists(TABLE):
         frame = spark.createDataFrame(changes.rows or [], SCHEMA).select(*COLUMNS)
@@ -168,11 +170,13 @@ def rules_in_force(spark: SparkSession, settings: Settings) -> list[VersionedRul
     names it, not a rule silently skipped."""
     ensure_seeded(spark, settings)
     rows = sorted(current_rows(spark, settings), key=lambda row: row["rule_id"])
-    return [
+    found = [
         VersionedRule(rule_from_spec(row["rule_id"], row["spec"]), row["rule_version"])
         for row in rows
         if row["enabled"]
     ]
+    check_fields([r.rule for r in found], settings.extra_field_names, "alert_rules")
+    return found
 
 
 def ensure_seeded(spark: SparkSession, settings: Settings) -> None:

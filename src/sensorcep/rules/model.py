@@ -14,17 +14,33 @@ from __future__ import annotations
 import json
 import math
 import operator
+import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from sensorcep.errors import SensorCepError
 from sensorcep.settings import parse_duration
 from sensorcep.yaml_files import read_yaml
 
-#: an event's numeric fields a threshold may compare (the parsed event of 01's rules)
+#: the numeric field every event carries; a rule may also compare fields kept through ``extra_fields`` (read as
+#: numbers), which :func:`check_fields` checks against the settings
 NUMERIC_FIELDS = ("sensor_freq",)
+#: an event's fields that are not numbers: no condition compares them
+NOT_NUMERIC = ("device_id", "event_time", "kafka_timestamp", "topic", "partition", "offset", "key", "value", "reason")
+#: the most alternatives a rule's condition may expand to (its ``any:`` branches multiplied out across ``all:``)
+MAX_ALTERNATIVES = 32
 #: the comparisons a threshold takes, as written in a rule
 OPERATORS = ("<", "<=", ">", ">=", "==", "!=")
 #: the ways to scope a rule to some devices (site and sensor_type are columns of the ``devices`` table)
@@ -120,40 +136,218 @@ class _Rule(_Strict):
         return f" [{self.scope.column}={self.scope.value}]" if self.scope else ""
 
 
-class _Comparison(_Rule):
-    """A rule that compares a numeric field of an event (or its rate of change) with a value."""
+def _event_field(name: str) -> str:
+    """A field a rule may read: a name, and not one of the event's fields that are not numbers."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"{name!r} is not a field name (letters, digits and _)")
+    if name in NOT_NUMERIC:
+        raise ValueError(
+            f"{name!r} is not a numeric field of an event; compare sensor_freq or a field kept through extra_fields"
+        )
+    return name
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number, not {value}")
+    return value
+
+
+#: how a field kept through ``extra_fields`` (bronze keeps it as text) must read to count as a number: a plain decimal
+#: (``230``, ``-0.5``, ``1e3``), nothing around it; anything else (``"high"``, ``0x10``, ``NaN``, `` 5``) is no value.
+#: Spark and Python read it with this same pattern, whole (:func:`number`, :mod:`sensorcep.rules.evaluate`), so both
+#: judge an event alike
+NUMBER_PATTERN = r"[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?"
+
+
+def number(value: object) -> float | None:
+    """An event's field as a condition reads it: a finite number, or None (absent, null, not a number, infinite)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        if not re.fullmatch(NUMBER_PATTERN, value):
+            return None
+    elif not isinstance(value, int | float):
+        return None
+    found = float(value)
+    return found if math.isfinite(found) else None
+
+
+#: a comparison's operator when the comparison is negated (``not:``)
+NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
+
+
+class Comparison(_Strict):
+    """``field op value``: a numeric field of an event compared with a number. An event that does not carry the
+    field as a finite number (absent, null, text) does not meet the comparison, nor its negation."""
 
     field: str
     op: Literal["<", "<=", ">", ">=", "==", "!="]
     value: float
 
-    @field_validator("field")
-    @classmethod
-    def _numeric_field(cls, name: str) -> str:
-        if name not in NUMERIC_FIELDS:
-            raise ValueError(f"{name!r} is not a numeric field of an event; one of: {', '.join(NUMERIC_FIELDS)}")
-        return name
+    _field = field_validator("field")(_event_field)
+    _value = field_validator("value")(_finite)
 
-    @field_validator("value")
-    @classmethod
-    def _finite(cls, value: float) -> float:
-        if not math.isfinite(value):
-            raise ValueError(f"must be a finite number, not {value}")
-        return value
+    @property
+    def text(self) -> str:
+        return f"{self.field} {self.op} {self.value:g}"
+
+    def holds(self, event: Mapping[str, object]) -> bool:
+        found = number(event.get(self.field))
+        return found is not None and OPERATOR[self.op](found, self.value)
+
+    def negated(self) -> Comparison:
+        return Comparison(field=self.field, op=NEGATED[self.op], value=self.value)
+
+
+class AllOf(_Strict):
+    """``all: [...]``: every condition of the list holds."""
+
+    all: list[Condition] = Field(min_length=1)
+
+
+class AnyOf(_Strict):
+    """``any: [...]``: at least one condition of the list holds."""
+
+    any: list[Condition] = Field(min_length=1)
+
+
+class Not(_Strict):
+    """``not: {...}``: the condition does not hold (for an event that carries its fields: see :class:`Comparison`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    negated: Condition = Field(alias="not")
+
+
+def _condition_kind(given: object) -> str:
+    if isinstance(given, dict):
+        return next((key for key in ("all", "any", "not") if key in given), "compare")
+    return {AllOf: "all", AnyOf: "any", Not: "not"}.get(type(given), "compare")
+
+
+#: a test of one event: a comparison, or comparisons combined with ``all:`` / ``any:`` / ``not:``, nested freely
+Condition = Annotated[
+    Union[  # noqa: UP007 - pydantic's tagged union of the four shapes
+        Annotated[Comparison, Tag("compare")],
+        Annotated[AllOf, Tag("all")],
+        Annotated[AnyOf, Tag("any")],
+        Annotated[Not, Tag("not")],
+    ],
+    Discriminator(_condition_kind),
+]
+AllOf.model_rebuild()
+AnyOf.model_rebuild()
+Not.model_rebuild()
+
+
+def condition_text(condition: Condition, nested: bool = False) -> str:
+    """``sensor_freq > 55 and (voltage > 250 or not voltage >= 180)``."""
+    if isinstance(condition, Comparison):
+        return condition.text
+    if isinstance(condition, Not):
+        return f"not {condition_text(condition.negated, nested=True)}"
+    parts, word = (condition.all, " and ") if isinstance(condition, AllOf) else (condition.any, " or ")
+    if len(parts) == 1:
+        return condition_text(parts[0], nested)
+    text = word.join(condition_text(part, nested=True) for part in parts)
+    return f"({text})" if nested else text
+
+
+def alternatives(condition: Condition, negate: bool = False) -> list[tuple[Comparison, ...]]:
+    """The condition as alternatives of comparisons that must all hold (``not:`` pushed down to the comparisons,
+    ``any:`` multiplied out across ``all:``): the form Spark evaluates, and :func:`holds` too."""
+    if isinstance(condition, Comparison):
+        return [(condition.negated() if negate else condition,)]
+    if isinstance(condition, Not):
+        return alternatives(condition.negated, not negate)
+    parts = [alternatives(part, negate) for part in (condition.all if isinstance(condition, AllOf) else condition.any)]
+    if isinstance(condition, AllOf) != negate:  # all, or not any: each part holds
+        product: list[tuple[Comparison, ...]] = [()]
+        for options in parts:
+            product = [left + right for left in product for right in options]
+            if len(product) > MAX_ALTERNATIVES:  # bounded before it grows further
+                raise ValueError(
+                    f"the condition expands to more than {MAX_ALTERNATIVES} alternatives; "
+                    "write it with fewer any: inside all:"
+                )
+        return product
+    return [option for options in parts for option in options]  # any, or not all: one part holds
+
+
+def holds(condition: Condition, event: Mapping[str, object]) -> bool:
+    """Whether an event (field name -> value) meets the condition."""
+    return any(all(c.holds(event) for c in option) for option in alternatives(condition))
+
+
+def fields_of(condition: Condition) -> set[str]:
+    return {c.field for option in alternatives(condition) for c in option}
+
+
+class _Comparison(_Rule):
+    """A rule that compares the rate of change of a numeric field of an event with a value."""
+
+    field: str
+    op: Literal["<", "<=", ">", ">=", "==", "!="]
+    value: float
+
+    _field = field_validator("field")(_event_field)
+    _value = field_validator("value")(_finite)
+
+    @property
+    def fields(self) -> set[str]:
+        return {self.field}
+
+
+class _Conditional(_Rule):
+    """A rule that tests each event with a condition: one comparison (``field``, ``op``, ``value``) or ``when`` (a
+    condition: comparisons combined with all/any/not)."""
+
+    field: str | None = None
+    op: Literal["<", "<=", ">", ">=", "==", "!="] | None = None
+    value: float | None = None
+    when: Condition | None = None
+
+    _field = field_validator("field")(lambda name: None if name is None else _event_field(name))
+    _value = field_validator("value")(lambda value: None if value is None else _finite(value))
+
+    @model_validator(mode="after")
+    def _one_form(self) -> _Conditional:
+        inline = [name for name in ("field", "op", "value") if getattr(self, name) is not None]
+        if self.when is not None and inline:
+            raise ValueError(f"give either when or field/op/value, not both ({', '.join(inline)} given with when)")
+        if self.when is None and len(inline) < 3:
+            missing = [name for name in ("field", "op", "value") if getattr(self, name) is None]
+            raise ValueError(f"give a condition: field, op and value ({', '.join(missing)} missing), or when")
+        alternatives(self.test)  # bounded
+        return self
+
+    @property
+    def test(self) -> Condition:
+        """The rule's condition (one :class:`Comparison` for the inline form)."""
+        return self.when if self.when is not None else Comparison(field=self.field, op=self.op, value=self.value)
 
     @property
     def condition(self) -> str:
-        return f"{self.field} {self.op} {self.value:g}"
+        return condition_text(self.test)
 
-    def fires(self, field_values, device_ids):
-        """Which of the events (numpy/pandas arrays of the rule's field and device ids) meet the comparison, for a
+    @property
+    def fields(self) -> set[str]:
+        return fields_of(self.test)
+
+    def fires(self, columns: Mapping[str, object], device_ids):
+        """Which of the events (numpy/pandas arrays by field name, and their device ids) meet the condition, for a
         rule without a site or sensor_type scope (those need the devices table): the simulator acks its own alerts
-        with it. The pipeline evaluates threshold rules in Spark (:mod:`sensorcep.rules.evaluate`) and the stateful
-        kinds in :mod:`sensorcep.rules.sequential`."""
+        with it. A field not in ``columns`` is absent from every event. The pipeline evaluates threshold rules in
+        Spark (:mod:`sensorcep.rules.evaluate`) and the stateful kinds in :mod:`sensorcep.rules.sequential`."""
         if self.scope is not None and self.scope.column != "device_id":
             raise RuleError(f"rule {self.id}: a {self.scope.column} scope needs the devices table; use Spark")
         compare = {"<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__", "==": "__eq__", "!=": "__ne__"}
-        hit = getattr(field_values, compare[self.op])(self.value)
+        hit = device_ids != device_ids  # all False, the arrays' shape
+        for option in alternatives(self.test):
+            met = device_ids == device_ids
+            for c in option:
+                met = met & getattr(columns[c.field], compare[c.op])(c.value) if c.field in columns else met & False
+            hit = hit | met
         return hit & (device_ids == self.scope.value) if self.scope is not None else hit
 
 
@@ -171,8 +365,8 @@ def _microseconds(duration: str) -> int:
     return int(parse_duration(duration) * 1_000_000)
 
 
-class ThresholdRule(_Comparison):
-    """An event whose ``field`` compares with ``value`` by ``op`` fires (stateless: real-time mode)."""
+class ThresholdRule(_Conditional):
+    """An event that meets the condition fires (stateless: real-time mode)."""
 
     kind: Literal["threshold"]
     stateless: ClassVar[bool] = True
@@ -194,8 +388,8 @@ class RateRule(_Comparison):
         return f"change of {self.field} per second {self.op} {self.value:g}{self.where}"
 
 
-class CountRule(_Comparison):
-    """An event fires when it is the ``at_least``-th or later event of its device meeting the comparison within
+class CountRule(_Conditional):
+    """An event fires when it is the ``at_least``-th or later event of its device meeting the condition within
     ``within`` of event time (the window ending at the event, both ends included)."""
 
     kind: Literal["count"]
@@ -210,24 +404,6 @@ class CountRule(_Comparison):
         return f"{self.at_least}+ events with {self.condition} within {self.within}{self.where}"
 
 
-class Condition(_Strict):
-    """A test of one event: ``field op value``."""
-
-    field: str
-    op: Literal["<", "<=", ">", ">=", "==", "!="]
-    value: float
-
-    _field = field_validator("field")(_Comparison._numeric_field.__func__)
-    _value = field_validator("value")(_Comparison._finite.__func__)
-
-    @property
-    def text(self) -> str:
-        return f"{self.field} {self.op} {self.value:g}"
-
-    def holds(self, value: float) -> bool:
-        return OPERATOR[self.op](value, self.value)
-
-
 class SequenceRule(_Rule):
     """An event meeting ``then`` fires when an earlier event of its device met ``first`` at most ``within`` of event
     time before it; that ``first`` event is then used up (first, then, then: one alert)."""
@@ -240,9 +416,19 @@ class SequenceRule(_Rule):
     _within = field_validator("within")(_positive_duration)
     within_us = property(lambda self: _microseconds(self.within))
 
+    @model_validator(mode="after")
+    def _bounded(self) -> SequenceRule:
+        alternatives(self.first), alternatives(self.then)
+        return self
+
+    @property
+    def fields(self) -> set[str]:
+        return fields_of(self.first) | fields_of(self.then)
+
     @property
     def text(self) -> str:
-        return f"{self.first.text} then {self.then.text} within {self.within}{self.where}"
+        first, then = condition_text(self.first, nested=True), condition_text(self.then, nested=True)
+        return f"{first} then {then} within {self.within}{self.where}"
 
 
 class BaselineRule(_Rule):
@@ -267,8 +453,12 @@ class BaselineRule(_Rule):
     def spread_floor(self) -> float:
         return self.min_spread or 0.0
 
-    _field = field_validator("field")(_Comparison._numeric_field.__func__)
-    _k = field_validator("k")(_Comparison._finite.__func__)
+    _field = field_validator("field")(_event_field)
+    _k = field_validator("k")(_finite)
+
+    @property
+    def fields(self) -> set[str]:
+        return {self.field}
 
     @property
     def alpha(self) -> float:
@@ -289,17 +479,73 @@ class AbsenceRule(_Rule):
     _within = field_validator("within")(_positive_duration)
     within_us = property(lambda self: _microseconds(self.within))
 
+    fields: ClassVar[set[str]] = set()
+
     @property
     def text(self) -> str:
         return f"no event for {self.within}{self.where}"
 
 
+#: what an aggregate rule computes over a window's events
+FUNCTIONS = ("avg", "min", "max", "sum", "count", "stddev")
+
+
+class AggregateRule(_Rule):
+    """A device's events in each event-time window (``window`` long, a new one every ``slide``: sliding windows;
+    ``slide`` unset: tumbling) are aggregated (``function`` of ``field``: avg, min, max, sum, count or stddev, the
+    sample standard deviation) and the window fires once, when the watermark closes it, if the aggregate compares with
+    ``value`` by ``op``. The window's events are those that carry ``field`` as a number (``count`` without a field:
+    every event); a window without such events has no aggregate and fires nothing (stddev: fewer than two). Windows
+    start at multiples of ``slide`` since the epoch, as Spark's ``window()``; the alert's event time is the window's
+    end."""
+
+    kind: Literal["aggregate"]
+    function: Literal["avg", "min", "max", "sum", "count", "stddev"]
+    field: str | None = None
+    window: str
+    slide: str | None = None
+    op: Literal["<", "<=", ">", ">=", "==", "!="]
+    value: float
+
+    _field = field_validator("field")(lambda name: None if name is None else _event_field(name))
+    _value = field_validator("value")(_finite)
+    _window = field_validator("window", "slide")(lambda text: None if text is None else _positive_duration(text))
+
+    @model_validator(mode="after")
+    def _complete(self) -> AggregateRule:
+        if self.field is None and self.function != "count":
+            raise ValueError(f"{self.function} needs a field to aggregate (only count may go without one)")
+        if self.slide is not None and self.window_us % self.slide_us:
+            raise ValueError(f"window ({self.window}) must be a whole number of slides ({self.slide})")
+        if self.window_us // self.slide_us > MAX_OPEN_WINDOWS:
+            raise ValueError(f"window / slide is {self.window_us // self.slide_us}: at most {MAX_OPEN_WINDOWS} windows")
+        return self
+
+    window_us = property(lambda self: _microseconds(self.window))
+    slide_us = property(lambda self: _microseconds(self.slide or self.window))
+
+    @property
+    def fields(self) -> set[str]:
+        return {self.field} if self.field else set()
+
+    @property
+    def text(self) -> str:
+        of = f"{self.function}({self.field or '*'})"
+        every = f" every {self.slide}" if self.slide and self.slide_us != self.window_us else ""
+        return f"{of} over {self.window}{every} {self.op} {self.value:g}{self.where}"
+
+
+#: the most windows one event of an aggregate rule falls into (window / slide): what a device's memory holds per rule
+MAX_OPEN_WINDOWS = 60
+
+
 #: a rule of any kind this version evaluates, told apart by ``kind``
 Rule = Annotated[
-    ThresholdRule | RateRule | CountRule | AbsenceRule | SequenceRule | BaselineRule, Field(discriminator="kind")
+    ThresholdRule | RateRule | CountRule | AbsenceRule | SequenceRule | BaselineRule | AggregateRule,
+    Field(discriminator="kind"),
 ]
 #: the kinds, by name
-KINDS = ("threshold", "rate", "count", "absence", "sequence", "baseline")
+KINDS = ("threshold", "rate", "count", "absence", "sequence", "baseline", "aggregate")
 
 
 class RuleSet(_Strict):
@@ -313,7 +559,10 @@ def _where(location: tuple, rules: list) -> str:
     index = location[1]
     given = rules[index] if index < len(rules) else None
     name = given.get("id") if isinstance(given, dict) else None
-    rest = [str(part) for part in location[2:] if part not in KINDS]
+    rest: list[str] = []
+    for part in location[2:]:  # the union's tags out: when.all.0.field, not when.all.all.0.compare.field
+        if part not in KINDS and part != "compare" and not (rest and part == rest[-1] in ("all", "any", "not")):
+            rest.append(str(part))
     label = f"rule {index + 1}" + (f" ({name})" if name else "")
     return f"{label}, {'.'.join(rest)}" if rest else label
 
@@ -352,6 +601,21 @@ def parse_rules(document: object, source: str = "rules") -> list[Rule]:
     return parsed.rules
 
 
+def check_fields(rules: list[Rule], extra_fields: list[str], source: str = "rules") -> list[Rule]:
+    """``rules``, if every field they read is one an event carries: ``sensor_freq``, or a field kept through the
+    ``extra_fields`` setting; else a :class:`RuleError` naming each rule and field."""
+    known = set(NUMERIC_FIELDS) | set(extra_fields)
+    unknown = [(rule.id, sorted(rule.fields - known)) for rule in rules if rule.fields - known]
+    if unknown:
+        named = "; ".join(f"rule {rule_id} reads {', '.join(fields)}" for rule_id, fields in unknown)
+        kept = ", ".join(sorted(extra_fields)) or "none"
+        raise RuleError(
+            f"{source}: {named}, which no event carries: events have sensor_freq and the fields kept through the "
+            f"extra_fields setting (now: {kept}); add the field to extra_fields, or correct the rule"
+        )
+    return rules
+
+
 def load_rules(path: str | Path | None = None) -> list[Rule]:
     """The rules of a YAML file (None or empty: the packaged default)."""
     document, source = read_yaml(path, what="rules", package="sensorcep.rules", default=DEFAULT_RULES, error=RuleError)
@@ -360,7 +624,8 @@ def load_rules(path: str | Path | None = None) -> list[Rule]:
 
 def spec_json(rule: Rule) -> str:
     """The rule's definition as stored in ``alert_rules.spec`` (sorted keys: equal rules, equal text)."""
-    return json.dumps(rule.model_dump(mode="json", exclude={"id", "enabled"}, exclude_none=True), sort_keys=True)
+    spec = rule.model_dump(mode="json", by_alias=True, exclude={"id", "enabled"}, exclude_none=True)
+    return json.dumps(spec, sort_keys=True)
 
 
 def rule_from_spec(rule_id: str, spec: str, enabled: bool = True) -> Rule:

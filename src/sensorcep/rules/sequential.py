@@ -1,4 +1,5 @@
-"""The stateful rule kinds (rate, count, absence, sequence, baseline) over one device's events in event-time order.
+"""The stateful rule kinds (rate, count, absence, sequence, baseline, aggregate) over one device's events in event-time
+order.
 
 Plain Python, no Spark.
 
@@ -11,7 +12,9 @@ the alerts they fire and the new memory. The memory is a small JSON-able dict pe
 * ``count``: the times of the matching events still within ``within`` of the newest;
 * ``absence``: the last event's time, and for which last event the absence alert was already sent;
 * ``sequence``: the time of the latest event that met ``first`` and has not been used up;
-* ``baseline``: events seen, exponentially weighted mean and variance, the last event's time.
+* ``baseline``: events seen, exponentially weighted mean and variance, the last event's time;
+* ``aggregate``: each open window's start, event count, sum, mean, M2 (for the spread), min and max: at most
+  window / slide windows, each closed (and judged) once the watermark passes its end.
 
 Each rule's memory is kept under ``<rule id>:<version>``: a changed rule starts afresh, and the memory of a rule no
 longer in force is dropped. Because events are released only when the watermark passes them, the result does not
@@ -25,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sensorcep.rules.catalog import VersionedRule
-from sensorcep.rules.model import OPERATOR
+from sensorcep.rules.model import OPERATOR, holds, number
 
 
 @dataclass(frozen=True)
@@ -58,12 +61,14 @@ def advance(
     rules: list[VersionedRule],
     device_id: str,
     memory: dict,
-    events: Iterable[tuple[int, float, int | None]],
+    events: Iterable[tuple],
     watermark_us: int,
     scoped: dict[tuple, list[str]] | None = None,
 ) -> tuple[list[Fired], dict]:
-    """Run the final ``events`` (event_time_us, sensor_freq, kafka_timestamp_us), oldest first, through the
-    ``rules`` that apply to ``device_id``; then the absences the watermark proves. Returns (alerts, memory)."""
+    """Run the final ``events`` (event_time_us, sensor_freq, kafka_timestamp_us[, the other fields the rules read,
+    by name]), oldest first, through the ``rules`` that apply to ``device_id``; then the absences the watermark
+    proves. Returns (alerts, memory). A rate or baseline rule skips an event that does not carry its field as a
+    number (:func:`~sensorcep.rules.model.number`); a condition on such a field is not met."""
     scoped = scoped or {}
     mine = [r for r in rules if applies(r, device_id, scoped)]
     memory = {k: v for k, v in memory.items() if k in {_key(r) for r in mine}}
@@ -72,52 +77,99 @@ def advance(
     def alert(r: VersionedRule, t_us: int, value: float | None, kafka_us: int | None) -> None:
         fired.append(Fired(device_id, t_us, value, kafka_us, r.id, r.version, r.rule.text))
 
-    for t_us, value, kafka_us in sorted(events, key=lambda e: e[0]):
+    for t_us, value, kafka_us, *extra in sorted(events, key=lambda e: e[0]):
+        fields = {**(extra[0] if extra else {}), "sensor_freq": value}
         for r in mine:
             rule, key = r.rule, _key(r)
+            if rule.kind in ("rate", "baseline"):
+                reading = number(fields.get(rule.field))
+                if reading is None:
+                    continue
             if rule.kind == "rate":
                 previous = memory.get(key)
                 if previous is not None and t_us > previous[0]:
-                    change = (value - previous[1]) / ((t_us - previous[0]) / 1e6)
+                    change = (reading - previous[1]) / ((t_us - previous[0]) / 1e6)
                     if OPERATOR[rule.op](change, rule.value):
                         alert(r, t_us, value, kafka_us)
-                memory[key] = [t_us, value]
+                memory[key] = [t_us, reading]
             elif rule.kind == "count":
-                if OPERATOR[rule.op](value, rule.value):
+                if holds(rule.test, fields):
                     recent = [t for t in memory.get(key, []) if t >= t_us - rule.within_us] + [t_us]
                     if len(recent) >= rule.at_least:
                         alert(r, t_us, value, kafka_us)
                     memory[key] = recent[-rule.at_least :]  # older ones can never count again
             elif rule.kind == "sequence":
                 first_at = memory.get(key)
-                if first_at is not None and rule.then.holds(value) and t_us - first_at <= rule.within_us:
+                if first_at is not None and holds(rule.then, fields) and t_us - first_at <= rule.within_us:
                     alert(r, t_us, value, kafka_us)
                     first_at = None  # used up
-                memory[key] = t_us if rule.first.holds(value) else first_at
+                memory[key] = t_us if holds(rule.first, fields) else first_at
             elif rule.kind == "baseline":
                 n, mean, var, _ = memory.get(key, [0, 0.0, 0.0, None])
                 # a constant run (spread 0) fires on any departure, unless min_spread sets a floor
-                if n >= rule.min_events and abs(value - mean) > rule.k * max(math.sqrt(var), rule.spread_floor):
+                if n >= rule.min_events and abs(reading - mean) > rule.k * max(math.sqrt(var), rule.spread_floor):
                     alert(r, t_us, value, kafka_us)
                 if n == 0:
-                    mean, var = value, 0.0
+                    mean, var = reading, 0.0
                 else:
-                    diff = value - mean
+                    diff = reading - mean
                     mean += rule.alpha * diff
                     var = (1 - rule.alpha) * (var + diff * rule.alpha * diff)
                 memory[key] = [n + 1, mean, var, t_us]
+            elif rule.kind == "aggregate":
+                reading = 1.0 if rule.field is None else number(fields.get(rule.field))
+                if reading is not None:
+                    memory[key] = _add_to_windows(rule, memory.get(key, []), t_us, reading)
             elif rule.kind == "absence":
                 last, sent_for = memory.get(key, [None, None])
                 if last is not None and t_us - last > rule.within_us and sent_for != last:
                     alert(r, last + rule.within_us, None, None)
                 memory[key] = [t_us, None]
     for r in mine:
+        if r.rule.kind == "aggregate" and memory.get(_key(r)):
+            still_open = []
+            for window in memory[_key(r)]:
+                end_us = window[0] + r.rule.window_us
+                if end_us > watermark_us:
+                    still_open.append(window)
+                elif _meets(r.rule, window):
+                    alert(r, end_us, None, None)
+            memory[_key(r)] = still_open
         if r.rule.kind == "absence":
             last, sent_for = memory.get(_key(r), [None, None])
             if last is not None and sent_for != last and last + r.rule.within_us <= watermark_us:
                 alert(r, last + r.rule.within_us, None, None)
                 memory[_key(r)] = [last, last]
     return fired, memory
+
+
+def _add_to_windows(rule, windows: list[list], t_us: int, reading: float) -> list[list]:
+    """An event's reading added to every window of ``rule`` it falls into (created as needed): each window is
+    [start_us, events, sum, mean, m2, min, max], the mean and m2 by Welford's update (for stddev)."""
+    by_start = {window[0]: window for window in windows}
+    start = t_us - t_us % rule.slide_us  # the latest window that holds t, aligned as Spark's window()
+    while start > t_us - rule.window_us:
+        n, total, mean, m2, low, high = by_start.get(start, [start, 0, 0.0, 0.0, 0.0, math.inf, -math.inf])[1:]
+        n += 1
+        delta = reading - mean
+        mean += delta / n
+        m2 += delta * (reading - mean)
+        by_start[start] = [start, n, total + reading, mean, m2, min(low, reading), max(high, reading)]
+        start -= rule.slide_us
+    return sorted(by_start.values())
+
+
+def aggregate(function: str, window: list) -> float | None:
+    """A closed window's aggregate (None: it has none, e.g. the stddev of one event)."""
+    _, n, total, _, m2, low, high = window
+    if function == "stddev":
+        return math.sqrt(m2 / (n - 1)) if n >= 2 else None
+    return {"avg": total / n, "min": low, "max": high, "sum": total, "count": float(n)}[function]
+
+
+def _meets(rule, window: list) -> bool:
+    found = aggregate(rule.function, window)
+    return found is not None and OPERATOR[rule.op](found, rule.value)
 
 
 def baselines(rules: list[VersionedRule], memory: dict) -> list[tuple[VersionedRule, int, float, float, int]]:
@@ -131,9 +183,12 @@ def baselines(rules: list[VersionedRule], memory: dict) -> list[tuple[VersionedR
 
 
 def next_deadline_us(rules: list[VersionedRule], memory: dict) -> int | None:
-    """The earliest event time at which an absence could fire with no further event (for the processor's timer)."""
+    """The earliest event time at which an absence could fire or an aggregate's window close with no further event
+    (for the processor's timer)."""
     deadlines = []
     for r in rules:
+        if r.rule.kind == "aggregate" and memory.get(_key(r)):
+            deadlines.append(min(window[0] for window in memory[_key(r)]) + r.rule.window_us)
         if r.rule.kind == "absence" and _key(r) in memory:
             last, sent_for = memory[_key(r)]
             if sent_for != last:
