@@ -173,7 +173,10 @@ class Settings:
         metadata={"doc": "FAIR scheduler pools and weights (local session; on Databricks every pool has weight 1)"},
     )
     query_suffix: str = field(default="", metadata={"doc": "appended to query/checkpoint names"})
-    extra_fields: str = field(default="", metadata={"doc": "optional event fields kept in bronze (comma list)"})
+    extra_fields: str = field(
+        default="",
+        metadata={"doc": "optional event fields kept in bronze (comma list); rules may read them as numbers"},
+    )
     job_id: str = field(default="", metadata={"doc": "the deployed pipeline job's id ({{job.id}}): 05 lists its runs"})
 
     # ----------------------------------------------------------------- construction
