@@ -145,6 +145,8 @@ def test_a_site_scope_without_a_devices_table_is_an_error_that_says_what_to_do(s
 
 
 RULE_BASE = {"kind": "threshold", "field": "sensor_freq", "op": "<", "value": 0}
+SAGLESS = {"field": "voltage", "op": ">=", "value": 180}
+NON_NEGATIVE = {"field": "sensor_freq", "op": ">=", "value": 0}
 
 
 def with_version(fired: set[tuple], versions: dict[str, int]) -> set[tuple]:
@@ -159,12 +161,16 @@ def test_realtime_alert_query_fires_every_stateless_rule_with_its_id_and_version
         {"id": "hot_lab", **RULE_BASE, "op": ">=", "value": 3, "scope": {"site": "lab"}},
         {"id": "d4_zero", **RULE_BASE, "op": "==", "value": 0, "scope": {"device_id": "d4"}},
         {"id": "rf_high", **RULE_BASE, "op": ">", "value": 5, "scope": {"sensor_type": "rf"}},
+        {"id": "brownout", "kind": "threshold", "when": {"all": [NON_NEGATIVE, {"not": SAGLESS}]}},
     ]
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"rules": rules}))
-    settings = settings.replace(rules_file=str(path), alerts_trigger="realtime:5 seconds")
+    # the voltage reaches the rules from the topic's JSON through extra_fields: a number, text, absent or junk
+    settings = settings.replace(rules_file=str(path), alerts_trigger="realtime:5 seconds", extra_fields="voltage")
     rows = [(d, v, i) for i, (d, v) in enumerate((d, v) for v in VALUES for d in sorted(DEVICES))]
-    frame = produce_events(settings.kafka_bootstrap_servers, settings.events_topic, rows)
+    volts = [(170, "175", None, "n/a", 230)[i % 5] for i in range(len(rows))]
+    extra = [{} if v is None else {"voltage": v} for v in volts]
+    frame = produce_events(settings.kafka_bootstrap_servers, settings.events_topic, rows, extra).assign(voltage=volts)
 
     query = alerts.start_alerts(spark, settings, wait=False)
     stop_when_caught_up(

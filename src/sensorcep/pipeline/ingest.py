@@ -44,12 +44,13 @@ def bronze_stream(raw: DataFrame, settings: Settings, devices: DataFrame | None 
 
 
 def valid_events(raw: DataFrame, settings: Settings) -> DataFrame:
-    """Kafka rows -> parsed valid events (device_id, sensor_freq, event_time, kafka_timestamp), 01's rules.
+    """Kafka rows -> parsed valid events (device_id, sensor_freq, event_time, kafka_timestamp, the ``extra_fields``),
+    01's rules.
 
     Bad records are not passed on: 01 ingest already quarantines them with their reason.
     """
     parsed = parsed_once(parse_events(raw, settings))
-    return parsed.where(F.col("reason").isNull()).select(*EVENT_FIELDS)
+    return parsed.where(F.col("reason").isNull()).select(*EVENT_FIELDS, *settings.extra_field_names)
 
 
 def valid_event_stream(spark: SparkSession, settings: Settings) -> DataFrame:
@@ -75,8 +76,9 @@ def wait_for_bronze(spark: SparkSession, settings: Settings, timeout_s: float = 
         time.sleep(1.0)
 
 
-def bronze_event_stream(spark: SparkSession, settings: Settings) -> DataFrame:
-    """``bronze_events`` as a Delta stream of valid events (EVENT_FIELDS): the input of 02's stateful queries.
+def bronze_event_stream(spark: SparkSession, settings: Settings, extra_fields: list[str] | None = None) -> DataFrame:
+    """``bronze_events`` as a Delta stream of valid events (EVENT_FIELDS, and the ``extra_fields`` asked for, kept
+    through the setting of that name): the input of 02's stateful queries.
 
     The medallion: each Kafka record is parsed and deduplicated once, in 01; downstream reads the Delta table, so
     sampling can be replayed or backfilled from bronze long after Kafka's retention dropped the records.
@@ -87,7 +89,7 @@ def bronze_event_stream(spark: SparkSession, settings: Settings) -> DataFrame:
             f"{lake['bronze_events']} does not exist yet: 02 reads bronze_events, which 01 ingest writes; "
             "run 01 (the ingest task) first"
         )
-    return lake.stream("bronze_events").select(*EVENT_FIELDS)
+    return lake.stream("bronze_events").select(*EVENT_FIELDS, *(extra_fields or []))
 
 
 #: an event's identity: a second record with the same key is a duplicate of the first

@@ -259,7 +259,7 @@ def start_stateful_rules(
     if not rules:
         return None
     scoped = evaluate.scope_devices(spark, settings, rules)
-    events = events if events is not None else bronze_event_stream(spark, settings)
+    events = events if events is not None else bronze_event_stream(spark, settings, extra_fields_read(rules))
     writer = lateness.late_event_writer(settings, QUERY, send_alerts(settings, rules))
     stream = rule_alert_stream(events, settings, rules, scoped, keep_late=True, baselines=True)
     return launch(stream, settings, start_stateful_rules.query, wait=wait, foreach_batch=writer)
