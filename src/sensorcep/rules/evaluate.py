@@ -62,20 +62,12 @@ def scope_devices(spark: SparkSession, settings: Settings, rules: list[Versioned
 
 
 def rule_table(rules: list[VersionedRule], devices: dict[tuple, list[str]]) -> Column:
-    """The rules as one array literal of structs: id, version, text, ``alternatives`` (the rule's condition as
-    alternatives of comparisons that must all hold: :func:`~sensorcep.rules.model.alternatives`, each comparison a
-    struct of field, op, value) and ``devices`` (the device ids a scoped rule watches; null: every device)."""
+    """The one-comparison rules as one array literal of structs: id, version, text, field, op, value and ``devices``
+    (the device ids a scoped rule watches; null: every device)."""
 
-    def watched(versioned: VersionedRule) -> Column:
-        scope = versioned.rule.scope
-        if scope is None:
-            return F.lit(None).cast("array<string>")
-        ids = [scope.value] if scope.column == "device_id" else devices.get((scope.column, scope.value), [])
-        return F.array(*(F.lit(i) for i in ids)).cast("array<string>")
-
-    def comparison(c) -> Column:
-        value = F.lit(c.value).cast("double")
-        return F.struct(F.lit(c.field).alias("field"), F.lit(c.op).alias("op"), value.alias("value"))
+    def comparison(versioned: VersionedRule):
+        ((only,),) = alternatives(versioned.rule.test)
+        return only
 
     return F.array(
         *(
@@ -83,32 +75,71 @@ def rule_table(rules: list[VersionedRule], devices: dict[tuple, list[str]]) -> C
                 F.lit(r.id).alias("rule_id"),
                 F.lit(r.version).alias("rule_version"),
                 F.lit(r.rule.text).alias("rule"),
-                F.array(*(F.array(*map(comparison, option)) for option in alternatives(r.rule.test))).alias(
-                    "alternatives"
-                ),
-                watched(r).alias("devices"),
+                F.lit(comparison(r).field).alias("field"),
+                F.lit(comparison(r).op).alias("op"),
+                F.lit(comparison(r).value).cast("double").alias("value"),
+                _watched(r, devices).alias("devices"),
             )
             for r in rules
         )
     )
 
 
-def _holds(comparison: Column, event_value: Column) -> Column:
-    """Whether an event meets ``comparison`` (a struct of field, op, value); false when the event does not carry the
-    field as a finite number (null). The event's field is referenced once (``difference``): Spark inlines a column's
-    expression where it pushes a filter, so a test that named the field once per rule would copy 01's whole parse
-    expression into the plan once per rule (planning took seconds for 30 rules). IEEE 754 keeps the sign of a
-    difference of finite numbers exact: x - v < 0 exactly when x < v."""
-    difference = event_value - comparison["value"]
+def _watched(versioned: VersionedRule, devices: dict[tuple, list[str]]) -> Column:
+    scope = versioned.rule.scope
+    if scope is None:
+        return F.lit(None).cast("array<string>")
+    ids = [scope.value] if scope.column == "device_id" else devices.get((scope.column, scope.value), [])
+    return F.array(*(F.lit(i) for i in ids)).cast("array<string>")
+
+
+def _fires(rule: Column, event_value: Column) -> Column:
+    """Whether ``rule`` (a :func:`rule_table` element) fires for an event (null, which ``filter`` drops, when the
+    event does not carry the field as a finite number). The event's field is referenced once (``difference``): Spark
+    inlines a column's expression where it pushes a filter, so a test that named the field once per rule would copy
+    01's whole parse expression into the plan once per rule (planning took seconds for 30 rules). IEEE 754 keeps the
+    sign of a difference of finite numbers exact: x - v < 0 exactly when x < v."""
+    difference = event_value - rule["value"]
     sign = (
-        F.when(comparison["op"] == "<", difference < 0)
-        .when(comparison["op"] == "<=", difference <= 0)
-        .when(comparison["op"] == ">", difference > 0)
-        .when(comparison["op"] == ">=", difference >= 0)
-        .when(comparison["op"] == "==", difference == 0)
+        F.when(rule["op"] == "<", difference < 0)
+        .when(rule["op"] == "<=", difference <= 0)
+        .when(rule["op"] == ">", difference > 0)
+        .when(rule["op"] == ">=", difference >= 0)
+        .when(rule["op"] == "==", difference == 0)
         .otherwise(difference != 0)
     )
-    return F.coalesce(sign, F.lit(False))
+    return sign & (rule["devices"].isNull() | F.array_contains(rule["devices"], F.col("device_id")))
+
+
+#: a comparison of :class:`~sensorcep.rules.model.Comparison` as a Spark column operator
+COMPARE = {
+    "<": Column.__lt__,
+    "<=": Column.__le__,
+    ">": Column.__gt__,
+    ">=": Column.__ge__,
+    "==": Column.__eq__,
+    "!=": Column.__ne__,
+}
+
+
+def _combined(versioned: VersionedRule, values: dict[str, Column], devices: dict[tuple, list[str]]) -> Column:
+    """A rule with a combined condition as one column: its struct (id, version, text) when the event meets the
+    condition (any alternative, every comparison of it) and the rule watches the device, else null."""
+    meets = F.lit(False)
+    for option in alternatives(versioned.rule.test):
+        every = F.lit(True)
+        for c in option:
+            every = every & F.coalesce(COMPARE[c.op](values[c.field], F.lit(c.value)), F.lit(False))
+        meets = meets | every
+    watched = _watched(versioned, devices)
+    scope = versioned.rule.scope
+    in_scope = F.lit(True) if scope is None else F.array_contains(watched, F.col("device_id"))
+    fired = F.struct(
+        F.lit(versioned.id).alias("rule_id"),
+        F.lit(versioned.version).alias("rule_version"),
+        F.lit(versioned.rule.text).alias("rule"),
+    )
+    return F.when(meets & in_scope, fired)
 
 
 def numeric(events: DataFrame, name: str) -> Column:
@@ -125,36 +156,58 @@ def numeric(events: DataFrame, name: str) -> Column:
     return F.when(~F.isnan(found) & (F.abs(found) != float("inf")), found)
 
 
+def _behind_a_generator(frame: DataFrame) -> DataFrame:
+    """``frame``'s rows through a one-row generator: Spark inlines no expression of it into what reads its columns
+    (as :func:`sensorcep.pipeline.parsing.parsed_once` does for 01's parse)."""
+    return frame.select(F.inline(F.array(F.struct(*[frame[name] for name in frame.columns]))))
+
+
 def fire(events: DataFrame, rules: list[VersionedRule], devices: dict[tuple, list[str]] | None = None) -> DataFrame:
     """``events`` that fire a rule, one row per (event, rule fired), with :data:`FIRED_COLUMNS` added.
 
-    The rules are one array literal, filtered per event by a lambda (Spark's ``filter`` higher-order function, and
-    ``exists`` / ``forall`` over each rule's alternatives and their comparisons): the plan's size does not grow with
-    the number of rules, and an event that fires nothing leaves an empty array (and no row)."""
+    The one-comparison rules (the common case) are one array literal, filtered per event by a lambda (Spark's
+    ``filter`` higher-order function): the plan's size does not grow with their number, and an event that fires
+    nothing leaves an empty array (and no row). A rule with a combined condition (all / any / not, or a field kept
+    through extra_fields) is one column of its own, compiled to plain comparisons Spark generates code for (a
+    lambda nested per alternative and comparison made the real-time query ~100x slower with 100 such rules); the
+    fields the rules read are computed once per event, behind a generator, so no comparison parses one again."""
     devices = devices or {}
     if not rules:
         nothing = (F.lit(None).cast("string"), F.lit(None).cast("int"), F.lit(None).cast("string"))
         typed = (value.alias(name) for value, name in zip(nothing, FIRED_COLUMNS, strict=True))
         return events.where(F.lit(False)).select("*", *typed)
+    columns = events.columns
     fields = sorted(set().union(*(r.rule.fields for r in rules)))
-    values = {name: numeric(events, name) for name in fields}
+    extra = [name for name in fields if name not in NUMERIC_FIELDS]
+    if extra:  # each extra field read as a number once per event (a generator: Spark inlines nothing through it)
+        read = [numeric(events, name).alias(f"_rule_{name}") for name in extra]
+        events = _behind_a_generator(events.select(*columns, *read))
+    values = {name: F.col(name if name in NUMERIC_FIELDS else f"_rule_{name}") for name in fields}
+    simple = [r for r in rules if len(alternatives(r.rule.test)) == len(alternatives(r.rule.test)[0]) == 1]
+    combined = [r for r in rules if r not in simple]
 
-    def event_value(comparison: Column) -> Column:  # the comparison's field of the event, each field named once
-        if len(fields) == 1:
-            return values[fields[0]]
-        chosen = F.when(comparison["field"] == fields[0], values[fields[0]])
-        for name in fields[1:]:
-            chosen = chosen.when(comparison["field"] == name, values[name])
+    def event_value(rule: Column) -> Column:  # the rule's field of the event
+        named = sorted({alternatives(r.rule.test)[0][0].field for r in simple})
+        if len(named) == 1:
+            return values[named[0]]
+        chosen = F.when(rule["field"] == named[0], values[named[0]])
+        for name in named[1:]:
+            chosen = chosen.when(rule["field"] == name, values[name])
         return chosen
 
-    def fires(rule: Column) -> Column:
-        meets = F.exists(rule["alternatives"], lambda option: F.forall(option, lambda c: _holds(c, event_value(c))))
-        return meets & (rule["devices"].isNull() | F.array_contains(rule["devices"], F.col("device_id")))
-
-    fired = F.filter(rule_table(rules, devices), fires)
+    parts = []
+    if simple:
+        parts.append(F.filter(rule_table(simple, devices), lambda rule: _fires(rule, event_value(rule))))
+    if combined:
+        each = F.array(*(_combined(r, values, devices) for r in combined))
+        parts.append(F.filter(each, lambda fired: fired.isNotNull()))
+    if len(parts) == 2:  # the same element type on both sides: id, version, text
+        named = F.transform(parts[0], lambda r: F.struct(*(r[c].alias(c) for c in FIRED_COLUMNS)))
+        parts = [named, parts[1]]
+    fired = parts[0] if len(parts) == 1 else F.concat(*parts)
     # explode, not a filter on the array's size: Spark pushes a filter down through 01's parse and inlines the
     # parsed field into it, so the lambda (evaluated without generated code) would parse each event again; a
     # generator reads the parsed column (empty array: no row)
-    return events.select("*", F.explode(fired).alias("_fired")).select(
-        *events.columns, *(F.col(f"_fired.{c}").alias(c) for c in FIRED_COLUMNS)
+    return events.select(*columns, F.explode(fired).alias("_fired")).select(
+        *columns, *(F.col(f"_fired.{c}").alias(c) for c in FIRED_COLUMNS)
     )
