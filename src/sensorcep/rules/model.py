@@ -173,11 +173,25 @@ def number(value: object) -> float | None:
     return found if math.isfinite(found) else None
 
 
+class _Combines(_Strict):
+    """Conditions combine with Python's operators, for the builder (:mod:`sensorcep.rules.builder`): ``a & b`` is
+    ``all: [a, b]``, ``a | b`` is ``any: [a, b]``, ``~a`` is ``not: a`` (nested ``&`` / ``|`` flatten)."""
+
+    def __and__(self, other: Condition) -> AllOf:
+        return AllOf(all=[*(self.all if isinstance(self, AllOf) else [self]), other])
+
+    def __or__(self, other: Condition) -> AnyOf:
+        return AnyOf(any=[*(self.any if isinstance(self, AnyOf) else [self]), other])
+
+    def __invert__(self) -> Not:
+        return Not(negated=self)
+
+
 #: a comparison's operator when the comparison is negated (``not:``)
 NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 
 
-class Comparison(_Strict):
+class Comparison(_Combines):
     """``field op value``: a numeric field of an event compared with a number. An event that does not carry the
     field as a finite number (absent, null, text) does not meet the comparison, nor its negation."""
 
@@ -200,19 +214,19 @@ class Comparison(_Strict):
         return Comparison(field=self.field, op=NEGATED[self.op], value=self.value)
 
 
-class AllOf(_Strict):
+class AllOf(_Combines):
     """``all: [...]``: every condition of the list holds."""
 
     all: list[Condition] = Field(min_length=1)
 
 
-class AnyOf(_Strict):
+class AnyOf(_Combines):
     """``any: [...]``: at least one condition of the list holds."""
 
     any: list[Condition] = Field(min_length=1)
 
 
-class Not(_Strict):
+class Not(_Combines):
     """``not: {...}``: the condition does not hold (for an event that carries its fields: see :class:`Comparison`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
