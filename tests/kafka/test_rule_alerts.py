@@ -9,6 +9,7 @@ import yaml
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from support import rule_conditions
 from support.oracle import rule_alerts
 from support.profiles import examples
 from support.streams import T0, T0_US, alerts_on_topic, events, produce_events, topic_end_offsets
@@ -88,19 +89,7 @@ def _no_scope(rule: dict) -> dict:
     return {k: v for k, v in rule.items() if k != "scope"}
 
 
-comparisons = st.fixed_dictionaries(
-    {"field": st.sampled_from(["sensor_freq", "voltage"]), "op": st.sampled_from(["<", "<=", ">", ">=", "==", "!="]),
-     "value": st.sampled_from([*VALUES, 180.0])}
-)  # fmt: skip
-conditions = st.recursive(
-    comparisons,
-    lambda inner: st.one_of(
-        st.lists(inner, min_size=1, max_size=3).map(lambda parts: {"all": parts}),
-        st.lists(inner, min_size=1, max_size=3).map(lambda parts: {"any": parts}),
-        inner.map(lambda part: {"not": part}),
-    ),
-    max_leaves=4,
-)
+conditions = rule_conditions.conditions([*VALUES, 180.0], max_leaves=4)
 #: combined conditions over sensor_freq and a text field (absent, junk, numbers written several ways)
 combined_rule_sets = st.lists(st.tuples(conditions, scopes), min_size=1, max_size=4).map(
     lambda rules: [

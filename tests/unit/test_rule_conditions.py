@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import rule_conditions
 from support.oracle import meets, reads_as_number
 
 from sensorcep.rules.model import (
@@ -118,19 +119,7 @@ def test_not_over_a_field_the_event_lacks_fires_nothing():
     assert not holds(parsed.test, {"sensor_freq": 60, "voltage": "broken"}), "junk is no voltage"
 
 
-comparisons = st.fixed_dictionaries(
-    {"field": st.sampled_from(["sensor_freq", "voltage"]), "op": st.sampled_from(["<", "<=", ">", ">=", "==", "!="]),
-     "value": st.sampled_from([-1.0, 0.0, 2.5, 180.0])}
-)  # fmt: skip
-conditions = st.recursive(
-    comparisons,
-    lambda inner: st.one_of(
-        st.lists(inner, min_size=1, max_size=3).map(lambda parts: {"all": parts}),
-        st.lists(inner, min_size=1, max_size=3).map(lambda parts: {"any": parts}),
-        inner.map(lambda part: {"not": part}),
-    ),
-    max_leaves=5,
-)
+conditions = rule_conditions.conditions([-1.0, 0.0, 2.5, 180.0], max_leaves=5)
 field_values = st.sampled_from([None, -1.0, 0.0, 2.5, 180.0, "180", "2.5e0", "high", "NaN", ""])
 
 
