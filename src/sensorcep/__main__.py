@@ -106,7 +106,7 @@ def cmd_run(args) -> None:
 
     job = args.job or JOB_KEY
     if job == ALWAYS_ON_JOB_KEY:
-        run_always_on(job, _params(args.param), minutes=args.minutes, every_s=args.every)
+        run_always_on(job, _params(args.param), minutes=args.minutes, every_s=args.every, only=args.task)
         stop_session(get_spark())  # before the interpreter exits: the progress listener must not outlive Python
         return
     runs_dir = PROJECT_ROOT / "runs" / datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -243,7 +243,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--minutes", type=float, help="always-on job: stop after this many minutes")
     p.add_argument("--every", type=float, default=10.0, help="always-on job: seconds between progress lines")
-    p.add_argument("--task", action="append", help="pipeline job: only these task keys (repeatable)")
+    p.add_argument(
+        "--task",
+        action="append",
+        help="only these task keys (repeatable); always-on job: e.g. --task alerts, one cluster's tasks",
+    )
     p.add_argument("--param", action="append", help="name=value job parameter override (repeatable)")
     p.add_argument("--summary", action="store_true", help="pipeline job: then the summary (rows per table, ...)")
     p.set_defaults(func=cmd_run)

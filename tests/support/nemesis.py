@@ -86,6 +86,9 @@ SUITE = {
     "delta_checkpoint": ["bronze_events"],
 }
 KILLS = ("point", "sink", "moment", "broker")
+#: the tasks a query's new input comes from, besides its own: sampling_state reads bronze (ingest writes it),
+#: alert_records the alerts topic (the alerts task writes it)
+UPSTREAM = {"ingest": (), "sampling_state": ("ingest",), "alerts": (), "alert_records": ("alerts",)}
 #: how long a run may take to reach its kill point (or what another action waits for); a point not reached fails the
 #: test. Alone on 2 cores a run reaches its point in 31-54 s; ``make test`` runs the fault test beside the suite's
 #: other worker, which can double that
@@ -103,6 +106,17 @@ class Action:
 
 def _point(kind: str, target, k: int) -> str:
     return f"{kind}:{':'.join(target)}:{k}" if isinstance(target, tuple) else f"{kind}:{target}:{k}"
+
+
+def tasks_for(point: str) -> list[str]:
+    """The always-on tasks a run needs to reach ``point``: the task of the query it names (or of the query that
+    writes the table it names) and the task that feeds it."""
+    from sensorcep.pipeline import registry
+
+    kind, name = point.split(":")[:2]
+    query = next(q for q, table in WRITES if table == name) if kind == "delta_checkpoint" else name
+    task = registry.query(query).task
+    return [*UPSTREAM[task], task]
 
 
 def suite_plan(seed: int) -> list[Action]:
@@ -277,8 +291,9 @@ class FleetProducer(threading.Thread):
 class Driver:
     """One run of the always-on job in its own process group; its stdout lines are read as they come."""
 
-    def __init__(self, params: dict, point: str | None, log: Callable[[str], None]):
-        args = [sys.executable, str(DRIVER), json.dumps(params)] + ([point] if point else [])
+    def __init__(self, params: dict, point: str | None, log: Callable[[str], None], only: list[str] | None = None):
+        given = {**params, **({"only": ",".join(only)} if only else {})}
+        args = [sys.executable, str(DRIVER), json.dumps(given)] + ([point] if point else [])
         self.point, self.log, self.lines, self.writes = point, log, [], 0
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
@@ -348,6 +363,11 @@ class Nemesis:
     #: records per minute of event time (a chunk, produced every 2 s): the suite's run needs every path exercised, not
     #: volume (each record is work for every run and for the drain); the nightly chain keeps the full 40
     per_chunk: int = 40
+    #: a point's run starts every task of the job (the nightly chain), or only the tasks that reach the point
+    #: (:func:`tasks_for`; the suite: a fresh JVM starting every query costs about 70 core-s on 2 cores, and a task
+    #: alone is how Databricks runs the real-time alert task, on a cluster of its own); every other action's run, the
+    #: sink kill's included, starts the whole job
+    whole_job: bool = True
     outcomes: list[tuple[str, str]] = field(default_factory=list)
     reached: list[str] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)
@@ -414,12 +434,13 @@ class Nemesis:
         self.log(f"    {time.monotonic() - started:6.0f} s  {draining} drained: exit 0")
         return self.outcomes
 
-    def _running(self, point: str | None = None) -> Driver:
-        """The job running (``point`` armed: a fresh run); a run that is not wanted any more is killed first."""
+    def _running(self, point: str | None = None, only: list[str] | None = None) -> Driver:
+        """The job running (``point`` armed: a fresh run, of the ``only`` tasks if given); a run that is not wanted any
+        more is killed first."""
         if self.driver is not None and (point is not None or self.driver.proc.poll() is not None):
             self._end_run()
         if self.driver is None:
-            self.driver = Driver(self.params, point, self.log)
+            self.driver = Driver(self.params, point, self.log, only)
         return self.driver
 
     def _end_run(self) -> None:
@@ -435,7 +456,7 @@ class Nemesis:
         """A fresh run with the point armed; it must die there within :data:`POINT_WAIT_S` (else: ``missed``). A run
         that fails by itself first is started again once, as the always-on job's task retry (``ON_FAILURE``) does (a
         query whose Python worker started late is restarted inside the run: ``always_on.WORKER_START_RETRIES``)."""
-        driver = self._running(action.arg)
+        driver = self._running(action.arg, None if self.whole_job else tasks_for(action.arg))
         try:
             code = driver.end(POINT_WAIT_S)
         except subprocess.TimeoutExpired:
@@ -450,7 +471,8 @@ class Nemesis:
         assert f"reached {action.arg}" in driver.lines, f"the run died before {action.arg}:\n{driver.errors()}"
         self.driver = None
         self.reached.append(action.arg)
-        return f"killed at the point ({driver.writes} writes, {time.monotonic() - driver.started:.0f} s into the run)"
+        took = f"{driver.writes} writes, {time.monotonic() - driver.started:.0f} s into the run"
+        return f"killed at the point ({took}{'' if self.whole_job else ', tasks ' + '+'.join(tasks_for(action.arg))})"
 
     def _moment(self, action: Action) -> str:
         driver = self._running()

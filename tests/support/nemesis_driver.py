@@ -2,6 +2,8 @@
 
     python tests/support/nemesis_driver.py '<job parameters as JSON>' [point]
 
+(``"only": "ingest,sampling_state"`` among the parameters: only those tasks of the job.)
+
 It runs every task of ``sensor_cep_streaming`` as ``python -m sensorcep run --job sensor_cep_streaming`` does (one
 Spark application) and prints a line as each Delta write of a query starts (``write <query> <table> <n>``) and when
 it committed something (``committed <query> <table> <k>``), so the nemesis acts on progress, not on time. ``point``
@@ -164,6 +166,7 @@ def main() -> None:
     from sensorcep.settings import Settings
 
     params = json.loads(sys.argv[1])
+    only = params.pop("only").split(",") if "only" in params else None  # the tasks to run: all by default
     point = sys.argv[2] if len(sys.argv) > 2 else None
     settings = Settings.from_mapping({k: v for k, v in params.items() if k != "task"})
     spark = get_spark()
@@ -186,7 +189,9 @@ def main() -> None:
     if point and point.split(":")[0] in FILE_POINTS:
         watch_files(point, settings)
     until = drain_when_asked(spark, settings)
-    jobs.run_always_on(params=params, until=until, minutes=10, every_s=3600, out=lambda line: None, spark=spark)
+    jobs.run_always_on(
+        params=params, until=until, minutes=10, every_s=3600, out=lambda line: None, spark=spark, only=only
+    )
     for query in spark.streams.active:  # the alert query a stop_alerts run started again, which the job does not list
         query.stop()
     print("completed", flush=True)

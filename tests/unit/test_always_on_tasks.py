@@ -28,6 +28,35 @@ def test_every_always_on_task_calls_the_package_entry_point():
     assert all(jobs.entry_point_function(t.entry_point) is always_on.main for t in tasks)
 
 
+def test_the_always_on_job_runs_only_the_tasks_asked_for_and_names_an_unknown_one(monkeypatch):
+    """``only``: one cluster's tasks (the real-time ``alerts`` task has its own on Databricks)."""
+    started = []
+
+    class Started:
+        reloads, queries, settings = False, [], None
+
+        def started(self):
+            return []
+
+        def retry_worker_start_failures(self):
+            return []
+
+        def failed(self):
+            return []
+
+    def start_task(spark, task, settings):
+        started.append(task)
+        return Started()
+
+    monkeypatch.setattr(always_on, "start_task", start_task)
+    lines = []
+    jobs.run_always_on(only=["alerts", "ingest"], until=lambda queries: True, out=lines.append, spark=object())
+    assert started == ["ingest", "alerts"], "in the job's order"
+    assert [line.split(":")[0] for line in lines[:2]] == ["▶ ingest", "▶ alerts"]
+    with pytest.raises(jobs.JobError, match=r"no task nope; its tasks: ingest, sampling_state, alerts, alert_records"):
+        jobs.run_always_on(only=["nope"], until=lambda queries: True, out=lines.append, spark=object())
+
+
 def test_a_task_query_with_nothing_to_do_holds_an_empty_slot_until_a_refresh_gives_it_work():
     """No JVM: the declarations' start functions stand in for queries (a stateful rules query starts only once a
     stateful rule is in force; a changed rule set restarts the query that compiled the old one)."""

@@ -25,6 +25,7 @@ import math
 import os
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from graphlib import TopologicalSorter
@@ -268,9 +269,13 @@ def run_always_on(
     every_s: float = 10.0,
     out=print,
     spark=None,
+    only: Iterable[str] | None = None,
 ) -> list:
     """Start every task of the always-on job in this Spark application; run until Ctrl-C, ``minutes``, or
     ``until(queries)`` is true; print a line per query every ``every_s`` seconds; stop the queries cleanly.
+
+    ``only``: these task keys, not every task: what one of the job's clusters runs on Databricks (the real-time
+    ``alerts`` task has a cluster of its own), e.g. to restart one task while another application runs the rest.
 
     Each task's ``named_parameters`` become its :class:`Settings`; its ``entry_point`` must be the package's
     always-on entry point (what the wheel task calls on Databricks). A query that fails stops the others and
@@ -281,8 +286,15 @@ def run_always_on(
     running_tasks, triggers, settings_of = [], {}, {}
     queries = []  # every task's queries, as they run now (a refresh replaces a restarted one)
     try:
+        job_tasks = tasks(job_key, params=params)
+        if only is not None:
+            unknown = set(only) - {task.key for task in job_tasks}
+            if unknown:
+                known = ", ".join(task.key for task in job_tasks)
+                raise JobError(f"job {job_key!r} has no task {', '.join(sorted(unknown))}; its tasks: {known}")
+            job_tasks = [task for task in job_tasks if task.key in set(only)]
         with catalog.one_read():  # every task's rule queries start from one read of alert_rules
-            for task in tasks(job_key, params=params):
+            for task in job_tasks:
                 if task.entry_point is None or entry_point_function(task.entry_point) is not always_on.main:
                     raise JobError(f"task {task.key!r} does not call the always-on entry point (sensorcep-stream)")
                 task_name, values = always_on.parse_arguments([f"--{k}={v}" for k, v in task.parameters.items()])
