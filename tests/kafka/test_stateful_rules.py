@@ -173,6 +173,10 @@ def fleets(draw):
                                            "then": {"field": "sensor_freq", "op": "<", "value": b},
                                            "within": f"{w} seconds"},
                           st.sampled_from([0.0, 2.0]), st.sampled_from([0.1, 1.0]), st.sampled_from([10, 60])),
+                st.builds(lambda a, n, w, last: {"kind": "pattern", "within": f"{w} seconds", "steps": [
+                              {"when": {"field": "sensor_freq", "op": ">", "value": a}, "times": {"min": n}},
+                              {"when": {"field": "sensor_freq", "op": "<", "value": 0.1}, "not": last}]},
+                          st.sampled_from([0.0, 2.0]), st.integers(1, 2), st.sampled_from([10, 60]), st.booleans()),
             ),
             min_size=1,
             max_size=4,

@@ -14,6 +14,7 @@ An empty DataFrame in ``batches`` stands for a no-data batch (e.g. the one a run
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import operator
@@ -241,6 +242,9 @@ def stateful_rule_alerts(events: pd.DataFrame, rules: list[dict], watermark_ms: 
                 for end_us, found in _window_aggregates(rule, times, ordered, watermark_ms * 1000):
                     if found is not None and _OPERATORS[rule["op"]](found, rule["value"]):
                         alert(device, end_us, rule)
+            elif rule["kind"] == "pattern":
+                for t in pattern_matches(rule, times, ordered, watermark_ms * 1000):
+                    alert(device, t, rule)
             elif rule["kind"] == "absence":
                 within_us = pd.Timedelta(rule["within"]).value // 1000
                 for before, after in zip(times, times[1:], strict=False):
@@ -249,6 +253,75 @@ def stateful_rule_alerts(events: pd.DataFrame, rules: list[dict], watermark_ms: 
                 if times and times[-1] + within_us <= watermark_ms * 1000:
                     alert(device, times[-1] + within_us, rule)
     return fired
+
+
+def pattern_matches(rule: dict, times: list[int], events: list[dict], until_us: int) -> list[int]:
+    """The alert times of a pattern rule (as written in YAML) over one device's events in time order, by search: the
+    pattern's definition read literally. A match assigns events, in order, to the positive steps (each step between
+    its ``times`` min and max of events meeting it; other events may come between), with no event meeting a ``not``
+    step strictly between the last event of the step before it and the first of the step after it, and its last event
+    at most ``within`` after its first. Without a trailing ``not`` the alert is the earliest event at which some match
+    ends (its last step at its min count); with one, the earliest first event whose match has no event meeting the
+    trailing ``not`` after it until first + within, and the alert is first + within (once the final watermark has
+    passed it). After an alert the search starts again after it."""
+    within_us = pd.Timedelta(rule["within"]).value // 1000
+    positives, nots = [], []
+    for step in rule["steps"]:
+        if step.get("not"):
+            nots[-1].append(step["when"])
+        else:
+            repeat = step.get("times")
+            positives.append((step["when"], 1, 1) if repeat is None else
+                             (step["when"], repeat.get("min", 1), repeat.get("max")))  # fmt: skip
+            nots.append([])
+    trailing, last, n = bool(rule["steps"][-1].get("not")), len(positives) - 1, len(times)
+
+    @functools.cache
+    def ends(step: int, count: int, at: int, first: int) -> frozenset:
+        """The indexes at which an assignment that has given ``count`` events to ``step``, the last at ``at``, can
+        end (the last step at its min count; a trailing ``not``: at any count up to its max)."""
+        when, least, most = positives[step]
+        found = set()
+        if step == last and count >= least:
+            found.add(at)
+            if not trailing:
+                return frozenset(found)
+        for k in range(at + 1, n):
+            if times[k] - times[first] > within_us:
+                break
+            if (most is None or count < most) and meets(when, events[k]):
+                found |= ends(step, min(count + 1, least) if most is None else count + 1, k, first)
+            between = range(at + 1, k)
+            if (count >= least and step < last and meets(positives[step + 1][0], events[k])
+                    and not any(meets(c, events[m]) for m in between for c in nots[step])):  # fmt: skip
+                found |= ends(step + 1, 1, k, first)
+        return frozenset(found)
+
+    fired, resume = [], 0
+    while True:
+        starts = [s for s in range(resume, n) if meets(positives[0][0], events[s])]
+        if not trailing:
+            found = [min(ends(0, 1, s, s)) for s in starts if ends(0, 1, s, s)]
+            if not found:
+                return fired
+            at = min(found)
+            fired.append(times[at])
+            resume = at + 1
+            continue
+        due = None
+        for s in starts:
+            deadline = times[s] + within_us
+            if deadline > until_us:
+                break
+            quiet = [p for p in ends(0, 1, s, s) if not any(meets(c, events[m]) for m in range(p + 1, n)
+                     if times[m] <= deadline for c in nots[last])]  # fmt: skip
+            if quiet:
+                due = deadline
+                break
+        if due is None:
+            return fired
+        fired.append(due)
+        resume = next((i for i in range(n) if times[i] > due), n)
 
 
 def _window_aggregates(rule: dict, times: list[int], events: list[dict], until_us: int) -> list[tuple]:

@@ -6,7 +6,20 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from sensorcep.rules.builder import absence, aggregate, baseline, count, field, rate, sequence, threshold, to_yaml
+from sensorcep.rules.builder import (
+    absence,
+    absent,
+    aggregate,
+    baseline,
+    count,
+    field,
+    pattern,
+    rate,
+    sequence,
+    step,
+    threshold,
+    to_yaml,
+)
 from sensorcep.rules.model import AllOf, AnyOf, Not, RuleError, parse_rules, spec_json
 
 freq, voltage = field("sensor_freq"), field("voltage")
@@ -22,7 +35,9 @@ def test_the_documented_rule_set_builds_and_reads_back_from_its_yaml():
         rate("jump", freq, op=">", value=50),
         absence("silent", within="10 minutes", scope={"site": "lab"}),
         baseline("odd", voltage, k=4, span=50),
+        pattern("spike_twice", step(freq > 90), absent(freq < 60), step(freq > 90, times=(1, 3)), within="2 minutes"),
     ]
+    assert rules[-1].text == "sensor_freq > 90 then no sensor_freq < 60 then sensor_freq > 90{1,3} within 2 minutes"
     assert [r.text for r in rules[:4]] == [
         "sensor_freq > 55 and (voltage > 250 or not voltage >= 180)",
         "3+ events with voltage < 180 within 5 minutes",

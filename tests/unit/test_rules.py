@@ -42,7 +42,7 @@ def test_the_packaged_rule_set_is_the_original_rule_as_one_row():
         ({"rules": [rule(scope={"site": " "})]}, "scope: site must not be empty"),
         ({"rules": [rule(scope={"building": "b1"})]}, "scope.building: Extra inputs are not permitted"),
         ({"rules": [rule(threshhold=3)]}, "rule 1 (low), threshhold: Extra inputs are not permitted"),
-        ({"rules": [rule(), rule(id="ok"), rule(kind="pattern")]}, "rule 3 (low): kind 'pattern' is not a rule kind"),
+        ({"rules": [rule(), rule(id="ok"), rule(kind="group")]}, "rule 3 (low): kind 'group' is not a rule kind"),
         ({"rules": [rule(kind="baseline", k=0, span=10)]}, "k: Input should be greater than 0"),
         ({"rules": [rule(kind="baseline", k=3)]}, "span: Field required"),
         ({"rules": [rule(kind="spike")]}, "rule 1 (low): kind 'spike' is not a rule kind; one of: threshold, rate"),
@@ -146,7 +146,7 @@ def test_the_commented_examples_in_the_packaged_rule_set_are_valid_rules_of_ever
     examples = text.split("ready to copy", 1)[1].split("\n", 1)[1]
     uncommented = "\n".join(line.replace("  # ", "  ", 1) for line in examples.splitlines())
     parsed = parse_rules(yaml.safe_load("rules:\n" + uncommented))
-    kinds = ["threshold", "threshold", "rate", "count", "absence", "sequence", "baseline", "aggregate"]
+    kinds = ["threshold", "threshold", "rate", "count", "absence", "sequence", "baseline", "aggregate", "pattern"]
     assert [r.kind for r in parsed] == kinds
     assert [r.text for r in parsed] == [
         "sensor_freq > 95 [site=lab]",
@@ -157,6 +157,7 @@ def test_the_commented_examples_in_the_packaged_rule_set_are_valid_rules_of_ever
         "sensor_freq > 95 then sensor_freq < 1 within 2 minutes",
         "sensor_freq more than 4 spreads from the device's baseline (span 50)",
         "avg(sensor_freq) over 5 minutes every 1 minute > 80",
+        "sensor_freq > 90 then no sensor_freq < 60 then sensor_freq > 90+ within 2 minutes",
     ]
 
 
@@ -184,6 +185,17 @@ STATEFUL = [
      "first": {"all": [{"field": "voltage", "op": ">", "value": 230.0},
                        {"field": "sensor_freq", "op": ">", "value": 1.0}]},
      "then": {"not": {"field": "voltage", "op": ">=", "value": 180.0}}, "within": "90 seconds"},
+    # patterns: a repeating step, a not between steps, a trailing not, a repeat bounded above
+    {"id": "lows_then_high", "kind": "pattern", "within": "60 s", "steps": [
+        {"when": {"field": "sensor_freq", "op": "<", "value": 1.0}, "times": {"min": 2}},
+        {"when": {"field": "sensor_freq", "op": ">", "value": 5.0}}]},
+    {"id": "high_no_sag_high", "kind": "pattern", "within": "90 s", "steps": [
+        {"when": {"field": "sensor_freq", "op": ">", "value": 1.0}},
+        {"when": {"field": "voltage", "op": "<", "value": 180.0}, "not": True},
+        {"when": {"field": "sensor_freq", "op": ">", "value": 5.0}}]},
+    {"id": "neg_unanswered", "kind": "pattern", "within": "45 s", "steps": [
+        {"when": {"field": "sensor_freq", "op": "<", "value": 0.0}, "times": {"min": 1, "max": 2}},
+        {"when": {"field": "voltage", "op": ">", "value": 230.0}, "not": True}]},
 ]  # fmt: skip
 VOLTAGES = [None, "170", "200", "240.5", "1e3", "n/a"]
 

@@ -1,4 +1,4 @@
-"""The stateful alert rules (rate, count, absence, sequence, baseline): bronze -> alerts topic.
+"""The stateful alert rules (rate, count, absence, sequence, baseline, aggregate, pattern): bronze -> alerts topic.
 
 ``bronze_events`` (a Delta stream: each event once) behind the watermark, keyed by device, into
 ``transformWithStateInPandas`` in event time. Per device the processor holds the events the watermark has not passed

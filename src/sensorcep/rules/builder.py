@@ -5,7 +5,7 @@ rule is a :class:`~sensorcep.rules.model.RuleError` naming it), so what it build
 :func:`sensorcep.rules.catalog.apply_rules`, a backtest, or :func:`to_yaml` for review and ``rules apply``. Nothing in
 a rule is executed: a condition is data, compiled by the queries as any YAML rule is. ::
 
-    from sensorcep.rules.builder import aggregate, count, field, sequence, threshold, to_yaml
+    from sensorcep.rules.builder import absent, aggregate, count, field, pattern, sequence, step, threshold, to_yaml
 
     freq, voltage = field("sensor_freq"), field("voltage")  # voltage: kept through extra_fields
     rules = [
@@ -13,6 +13,7 @@ a rule is executed: a condition is data, compiled by the queries as any YAML rul
         count("sags", voltage < 180, at_least=3, within="5 minutes"),
         sequence("surge_then_sag", first=voltage > 250, then=voltage < 180, within="2 minutes"),
         aggregate("hot_average", "avg", freq, window="5 minutes", slide="1 minute", op=">", value=80),
+        pattern("spike_twice", step(freq > 90), absent(freq < 60), step(freq > 90), within="2 minutes"),
     ]
     print(to_yaml(rules))
 
@@ -115,6 +116,23 @@ def aggregate(
         rule_id, "aggregate", function=function, window=window, op=op, value=value,
         **({"field": of.name} if of is not None else {}), **options,
     )  # fmt: skip
+
+
+def step(when: Condition, *, times: tuple[int, int | None] | None = None) -> dict:
+    """A pattern step: events meeting ``when``, ``times`` = (min, max) of them (max None: no bound)."""
+    dump = when.model_dump(mode="json", by_alias=True)
+    return {"when": dump, **({"times": {"min": times[0], "max": times[1]}} if times else {})}
+
+
+def absent(when: Condition) -> dict:
+    """A pattern's ``not`` step: no event meeting ``when`` between its neighbours (last: until ``within`` ends)."""
+    return {"when": when.model_dump(mode="json", by_alias=True), "not": True}
+
+
+def pattern(rule_id: str, *steps: dict, within: str, **options) -> Rule:
+    """``kind: pattern`` from :func:`step` and :func:`absent`, e.g.
+    ``pattern("spike_twice", step(freq > 90), absent(freq < 60), step(freq > 90), within="2 minutes")``."""
+    return _rule(rule_id, "pattern", steps=list(steps), within=within, **options)
 
 
 def to_yaml(rules: list[Rule]) -> str:

@@ -500,6 +500,82 @@ class AbsenceRule(_Rule):
         return f"no event for {self.within}{self.where}"
 
 
+#: the most times a pattern step may be asked to repeat (``times: {max}``): what bounds a pattern's memory
+MAX_REPEAT = 100
+
+
+class Times(_Strict):
+    """How many events a pattern step takes: at least ``min``, at most ``max`` (None: no bound, "one or more")."""
+
+    min: int = Field(default=1, ge=1, le=MAX_REPEAT)
+    max: int | None = Field(default=None, ge=1, le=MAX_REPEAT)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Times:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        return self
+
+    @property
+    def text(self) -> str:
+        if self.max == self.min:
+            return f"{{{self.min}}}" if self.min > 1 else ""
+        return "+" if (self.min, self.max) == (1, None) else f"{{{self.min},{'' if self.max is None else self.max}}}"
+
+
+class PatternStep(_Strict):
+    """One step of a pattern: events meeting ``when`` (``times`` of them, default exactly one), or with ``not: true``
+    the absence of any such event between the neighbouring steps (after the last step: until ``within`` ends)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    when: Condition
+    times: Times | None = None
+    absent: bool = Field(default=False, alias="not")
+
+    @property
+    def repeat(self) -> Times:
+        return self.times or Times(min=1, max=1)
+
+    @property
+    def text(self) -> str:
+        condition = condition_text(self.when, nested=True)
+        return f"no {condition}" if self.absent else f"{condition}{self.repeat.text}"
+
+
+class PatternRule(_Rule):
+    """``steps`` matched in event-time order on one device's events, the whole match within ``within`` of its first
+    event. Between two matched steps other events may come (Flink's relaxed contiguity, ``followedBy``), except one
+    meeting a ``not`` step placed between them; a trailing ``not`` step asks that no such event come until ``within``
+    ends after the match's first event. The alert is the match's last event (a trailing ``not``: the moment
+    ``within`` ends); after a match, matching starts again after its last event (Flink's ``SKIP_PAST_LAST_EVENT``:
+    partial matches begun before it are dropped)."""
+
+    kind: Literal["pattern"]
+    steps: list[PatternStep] = Field(min_length=2)
+    within: str
+
+    _within = field_validator("within")(_positive_duration)
+    within_us = property(lambda self: _microseconds(self.within))
+
+    @model_validator(mode="after")
+    def _shape(self) -> PatternRule:
+        if self.steps[0].absent:
+            raise ValueError("the first step cannot be a not step: a match starts with an event")
+        for number_, step in enumerate(self.steps, start=1):
+            if step.absent and step.times is not None:
+                raise ValueError(f"step {number_} is a not step: it takes no times")
+            alternatives(step.when)
+        return self
+
+    @property
+    def fields(self) -> set[str]:
+        return set().union(*(fields_of(step.when) for step in self.steps))
+
+    @property
+    def text(self) -> str:
+        return f"{' then '.join(step.text for step in self.steps)} within {self.within}{self.where}"
+
+
 #: what an aggregate rule computes over a window's events
 FUNCTIONS = ("avg", "min", "max", "sum", "count", "stddev")
 
@@ -555,11 +631,11 @@ MAX_OPEN_WINDOWS = 60
 
 #: a rule of any kind this version evaluates, told apart by ``kind``
 Rule = Annotated[
-    ThresholdRule | RateRule | CountRule | AbsenceRule | SequenceRule | BaselineRule | AggregateRule,
+    ThresholdRule | RateRule | CountRule | AbsenceRule | SequenceRule | BaselineRule | AggregateRule | PatternRule,
     Field(discriminator="kind"),
 ]
 #: the kinds, by name
-KINDS = ("threshold", "rate", "count", "absence", "sequence", "baseline", "aggregate")
+KINDS = ("threshold", "rate", "count", "absence", "sequence", "baseline", "aggregate", "pattern")
 
 
 class RuleSet(_Strict):

@@ -1,5 +1,5 @@
-"""The stateful rule kinds (rate, count, absence, sequence, baseline, aggregate) over one device's events in event-time
-order.
+"""The stateful rule kinds (rate, count, absence, sequence, baseline, aggregate, pattern) over one device's events in
+event-time order.
 
 Plain Python, no Spark.
 
@@ -14,7 +14,10 @@ the alerts they fire and the new memory. The memory is a small JSON-able dict pe
 * ``sequence``: the time of the latest event that met ``first`` and has not been used up;
 * ``baseline``: events seen, exponentially weighted mean and variance, the last event's time;
 * ``aggregate``: each open window's start, event count, sum, mean, M2 (for the spread), min and max: at most
-  window / slide windows, each closed (and judged) once the watermark passes its end.
+  window / slide windows, each closed (and judged) once the watermark passes its end;
+* ``pattern``: the partial matches, each [step, events taken by that step, blocked by a ``not`` event, first event's
+  time]: one per (step, count, blocked) state (a pattern ending in ``not``: one per state and first event within
+  ``within``), so at most 2 x the steps' repeat counts summed (:func:`pattern_runs`).
 
 Each rule's memory is kept under ``<rule id>:<version>``: a changed rule starts afresh, and the memory of a rule no
 longer in force is dropped. Because events are released only when the watermark passes them, the result does not
@@ -120,12 +123,27 @@ def advance(
                 reading = 1.0 if rule.field is None else number(fields.get(rule.field))
                 if reading is not None:
                     memory[key] = _add_to_windows(rule, memory.get(key, []), t_us, reading)
+            elif rule.kind == "pattern":
+                due = _pattern_due(rule, memory.get(key, []), t_us - 1)
+                if due is not None:  # a trailing not held until within ended, before this event: the match ends there
+                    alert(r, due, None, None)
+                    memory[key] = []
+                done, memory[key] = pattern_runs(rule, memory.get(key, []), t_us, fields)
+                if done:
+                    alert(r, t_us, value, kafka_us)
             elif rule.kind == "absence":
                 last, sent_for = memory.get(key, [None, None])
                 if last is not None and t_us - last > rule.within_us and sent_for != last:
                     alert(r, last + rule.within_us, None, None)
                 memory[key] = [t_us, None]
     for r in mine:
+        if r.rule.kind == "pattern" and memory.get(_key(r)):
+            due = _pattern_due(r.rule, memory[_key(r)], watermark_us)
+            if due is not None:
+                alert(r, due, None, None)
+                memory[_key(r)] = []
+            else:  # a partial match whose within has passed can no longer complete
+                memory[_key(r)] = [run for run in memory[_key(r)] if run[3] + r.rule.within_us >= watermark_us]
         if r.rule.kind == "aggregate" and memory.get(_key(r)):
             still_open = []
             for window in memory[_key(r)]:
@@ -159,6 +177,70 @@ def _add_to_windows(rule, windows: list[list], t_us: int, reading: float) -> lis
     return sorted(by_start.values())
 
 
+def _compiled(rule) -> tuple[list, list, bool]:
+    """A pattern's positive steps (condition, min, max or None), the conditions of the ``not`` steps after each, and
+    whether it ends in a ``not`` step."""
+    positives, nots = [], []
+    for step in rule.steps:
+        if step.absent:
+            nots[-1].append(step.when)
+        else:
+            positives.append((step.when, step.repeat.min, step.repeat.max))
+            nots.append([])
+    return positives, nots, rule.steps[-1].absent
+
+
+def pattern_runs(rule, runs: list[list], t_us: int, fields: dict) -> tuple[bool, list[list]]:
+    """One event through a pattern's partial matches (each [step, count, blocked, first event's time]): whether a match
+    completes at it, and the partial matches after it (none after a match: matching starts again after it).
+
+    Each partial match may ignore the event (it stays, blocked if the event meets a ``not`` step after a step it has
+    taken enough events for), take it as one more event of its step (up to the step's max), or as the first event of
+    the next step (not blocked); an event meeting the first step also begins a partial match. Partial matches in the
+    same state that begin later can do whatever earlier ones can, for longer: only the latest is kept (a pattern ending
+    in ``not``: one per first event, as the earliest one's within ends first)."""
+    positives, nots, trailing = _compiled(rule)
+    last = len(positives) - 1
+    nexts: list[list] = []
+    done = False
+    for step, count, blocked, first in runs:
+        if t_us - first > rule.within_us:
+            continue  # too late for this partial match
+        when, least, most = positives[step]
+        enough = count >= least
+        nexts.append([step, count, blocked or (enough and any(holds(n, fields) for n in nots[step])), first])
+        if (most is None or count < most) and holds(when, fields):
+            taken = min(count + 1, least) if most is None else count + 1  # unbounded: beyond min, counts are alike
+            nexts.append([step, taken, False, first])
+            done |= step == last and taken >= least and not trailing
+        if enough and not blocked and step < last and holds(positives[step + 1][0], fields):
+            nexts.append([step + 1, 1, False, first])
+            done |= step + 1 == last and positives[last][1] == 1 and not trailing
+    if holds(positives[0][0], fields):
+        nexts.append([0, 1, False, t_us])
+        done |= last == 0 and positives[0][1] == 1 and not trailing
+    if done:
+        return True, []
+    kept: dict[tuple, list] = {}
+    for run in nexts:
+        state = (run[0], run[1], run[2]) + ((run[3],) if trailing else ())
+        if state not in kept or run[3] > kept[state][3]:
+            kept[state] = run
+    return False, sorted(kept.values())
+
+
+def _pattern_due(rule, runs: list[list], until_us: int) -> int | None:
+    """A pattern ending in ``not``: the end of ``within`` of the earliest partial match that has taken its last
+    positive step and was not blocked, if that end is at or before ``until_us`` (every event up to it is known)."""
+    positives, _, trailing = _compiled(rule)
+    if not trailing:
+        return None
+    ready = [first for step, count, blocked, first in runs if step == len(positives) - 1 and count >= positives[-1][1]
+             and not blocked]  # fmt: skip
+    due = min(ready, default=None)
+    return due + rule.within_us if due is not None and due + rule.within_us <= until_us else None
+
+
 def aggregate(function: str, window: list) -> float | None:
     """A closed window's aggregate (None: it has none, e.g. the stddev of one event)."""
     _, n, total, _, m2, low, high = window
@@ -183,8 +265,8 @@ def baselines(rules: list[VersionedRule], memory: dict) -> list[tuple[VersionedR
 
 
 def next_deadline_us(rules: list[VersionedRule], memory: dict) -> int | None:
-    """The earliest event time at which an absence could fire or an aggregate's window close with no further event
-    (for the processor's timer)."""
+    """The earliest event time at which an absence could fire, an aggregate's window close or a pattern's trailing
+    ``not`` end with no further event (for the processor's timer)."""
     deadlines = []
     for r in rules:
         if r.rule.kind == "aggregate" and memory.get(_key(r)):
@@ -193,4 +275,6 @@ def next_deadline_us(rules: list[VersionedRule], memory: dict) -> int | None:
             last, sent_for = memory[_key(r)]
             if sent_for != last:
                 deadlines.append(last + r.rule.within_us)
+        if r.rule.kind == "pattern" and memory.get(_key(r)) and r.rule.steps[-1].absent:
+            deadlines.append(min(run[3] for run in memory[_key(r)]) + r.rule.within_us)
     return min(deadlines, default=None)

@@ -1,0 +1,119 @@
+"""``kind: pattern``, without a JVM: the examples of Flink CEP's documentation (its after-match skip strategy
+``SKIP_PAST_LAST_EVENT``, which this kind follows, and a trailing ``notFollowedBy`` within a time) and the everyday
+asks, as input streams with the alerts the peers' docs say they produce; each also judged by the oracle's literal
+search (``support.oracle.pattern_matches``); and what ``rules check`` refuses."""
+
+from __future__ import annotations
+
+import pytest
+from support.oracle import pattern_matches
+
+from sensorcep.rules.catalog import VersionedRule
+from sensorcep.rules.model import RuleError, parse_rules
+from sensorcep.rules.sequential import advance, next_deadline_us
+
+#: the letters of Flink's examples as readings of sensor_freq: a in [0, 10), b in [10, 20), c >= 90, d in [50, 60)
+LETTER = {"a": 5.0, "b": 15.0, "c": 95.0, "d": 55.0}
+IS = {
+    "a": {"all": [{"field": "sensor_freq", "op": ">=", "value": 0}, {"field": "sensor_freq", "op": "<", "value": 10}]},
+    "b": {"all": [{"field": "sensor_freq", "op": ">=", "value": 10}, {"field": "sensor_freq", "op": "<", "value": 20}]},
+    "c": {"field": "sensor_freq", "op": ">=", "value": 90},
+}
+
+
+def pattern(*steps, within="1 minute") -> dict:
+    return {"id": "p", "kind": "pattern", "within": within, "steps": list(steps)}
+
+
+def alerts(rule: dict, stream: list[tuple[int, float]], watermark_s: int = 1_000) -> list[int]:
+    """The seconds at which the rule fires over (second, sensor_freq) events of one device, as the stateful rules
+    query runs it (:func:`advance`), after checking that the oracle's literal search says the same."""
+    [parsed] = parse_rules({"rules": [rule]})
+    events = [(t * 1_000_000, value, None) for t, value in stream]
+    fired, _ = advance([VersionedRule(parsed, 1)], "dev", {}, events, watermark_s * 1_000_000)
+    got = [f.event_time_us // 1_000_000 for f in fired]
+    rows = [{"sensor_freq": value} for _, value in stream]
+    expected = pattern_matches(rule, [t * 1_000_000 for t, _ in stream], rows, watermark_s * 1_000_000)
+    assert got == [t // 1_000_000 for t in expected], "the query's logic and the oracle's search disagree"
+    return got
+
+
+def letters(text: str) -> list[tuple[int, float]]:
+    """'b b b c' -> one event a second from second 1."""
+    return [(second, LETTER[letter]) for second, letter in enumerate(text.split(), start=1)]
+
+
+def test_flink_b_plus_c_over_b1_b2_b3_c_is_one_match_with_skip_past_last_event():
+    """Flink's docs: for ``b+ c`` and ``b1 b2 b3 c``, SKIP_PAST_LAST_EVENT gives the one match ``b1 b2 b3 c``."""
+    rule = pattern({"when": IS["b"], "times": {"min": 1}}, {"when": IS["c"]})
+    assert alerts(rule, letters("b b b c")) == [4]
+
+
+def test_flink_a_times_2_over_a1_to_a4_matches_a1_a2_then_a3_a4():
+    """FLINK-7169: ``a{2}`` over ``a1 a2 a3 a4`` with AFTER MATCH SKIP PAST LAST ROW: a1 a2, then a3 a4 (a pattern
+    has two steps at least: ``a a``, and ``a{2} c``)."""
+    twice = pattern({"when": IS["a"], "times": {"min": 2, "max": 2}}, {"when": IS["c"]})
+    assert alerts(twice, letters("a a c a a c")) == [3, 6]
+    pair = pattern({"when": IS["a"]}, {"when": IS["a"]})
+    assert alerts(pair, letters("a a a a")) == [2, 4]
+
+
+def test_flink_a_b_plus_c_with_relaxed_contiguity_skips_the_events_between():
+    """Flink's docs: ``a b+ c`` (followedBy) over ``a b1 d1 b2 d2 b3 c`` matches, every match ending at c: one alert,
+    at c, after which matching starts again."""
+    rule = pattern({"when": IS["a"]}, {"when": IS["b"], "times": {"min": 1}}, {"when": IS["c"]})
+    assert alerts(rule, letters("a b d b d b c")) == [7]
+    assert alerts(rule, letters("a d c b c")) == [5], "c before any b does not end it; b then c does"
+
+
+def test_flink_trailing_not_followed_by_fires_when_within_ends_without_the_event():
+    """Flink's ``begin(a).notFollowedBy(b).within(10 s)``: an a followed by a b within 10 s is no match; an a with no
+    b for 10 s is, emitted when the 10 s end."""
+    rule = pattern({"when": IS["a"]}, {"when": IS["b"], "not": True}, within="10 seconds")
+    assert alerts(rule, [(0, LETTER["a"]), (5, LETTER["b"]), (20, LETTER["a"]), (25, LETTER["d"])]) == [30]
+    assert alerts(rule, [(20, LETTER["a"])], watermark_s=29) == [], "not before the watermark passes 30"
+    [parsed] = parse_rules({"rules": [rule]})
+    _, memory = advance([VersionedRule(parsed, 1)], "dev", {}, [(20_000_000, 5.0, None)], 21_000_000)
+    assert next_deadline_us([VersionedRule(parsed, 1)], memory) == 30_000_000, "a quiet device's timer"
+
+
+SPIKE = {"field": "sensor_freq", "op": ">", "value": 90}
+RECOVERED = {"field": "sensor_freq", "op": "<", "value": 60}
+
+
+def test_spike_then_no_recovery_then_a_second_spike_within_two_minutes():
+    rule = pattern({"when": SPIKE}, {"when": RECOVERED, "not": True}, {"when": SPIKE}, within="2 minutes")
+    assert alerts(rule, [(0, 95.0), (30, 70.0), (60, 96.0)]) == [60]
+    assert alerts(rule, [(200, 95.0), (220, 50.0), (260, 96.0)]) == [], "it recovered in between"
+    assert alerts(rule, [(400, 95.0), (600, 96.0)]) == [], "the second spike came after 2 minutes"
+    assert alerts(rule, [(0, 95.0), (20, 50.0), (40, 97.0), (70, 98.0)]) == [70], "a new match from the spike at 40"
+
+
+def test_a_repeating_step_between_min_and_max():
+    three_lows = pattern({"when": SPIKE}, {"when": RECOVERED, "times": {"min": 3, "max": 3}}, within="1 minute")
+    assert alerts(three_lows, [(0, 95.0), (10, 1.0), (20, 70.0), (30, 2.0), (40, 3.0)]) == [40]
+    assert alerts(three_lows, [(0, 95.0), (10, 1.0), (30, 2.0), (70, 3.0)]) == [], "the third low after within"
+
+
+@pytest.mark.parametrize(
+    ("steps", "says"),
+    [
+        ([{"when": SPIKE}], "steps: List should have at least 2 items"),
+        ([{"when": SPIKE, "not": True}, {"when": SPIKE}], "the first step cannot be a not step"),
+        ([{"when": SPIKE}, {"when": SPIKE, "not": True, "times": {"min": 2}}], "step 2 is a not step: it takes no"),
+        ([{"when": SPIKE, "times": {"min": 3, "max": 2}}, {"when": SPIKE}], "max (2) is below min (3)"),
+        ([{"when": SPIKE, "times": {"min": 1000}}, {"when": SPIKE}], "less than or equal to 100"),
+    ],
+)
+def test_rules_check_refuses_a_pattern_it_cannot_bound_or_read(steps, says):
+    with pytest.raises(RuleError) as refused:
+        parse_rules({"rules": [pattern(*steps)]})
+    assert says in str(refused.value), str(refused.value)
+
+
+def test_a_pattern_without_within_is_refused_and_its_text_reads_as_the_pattern():
+    with pytest.raises(RuleError, match=r"rule 1 \(p\), within: Field required"):
+        parse_rules({"rules": [{"id": "p", "kind": "pattern", "steps": [{"when": SPIKE}, {"when": SPIKE}]}]})
+    [parsed] = parse_rules({"rules": [pattern({"when": SPIKE}, {"when": RECOVERED, "not": True},
+                                              {"when": SPIKE, "times": {"min": 2}}, within="2 minutes")]})  # fmt: skip
+    assert parsed.text == "sensor_freq > 90 then no sensor_freq < 60 then sensor_freq > 90{2,} within 2 minutes"
