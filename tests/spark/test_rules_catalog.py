@@ -4,6 +4,8 @@ and a write in the pass is read back."""
 
 from __future__ import annotations
 
+import pytest
+
 from sensorcep.io.lake import Tables
 from sensorcep.rules import catalog
 from sensorcep.rules.model import load_rules
@@ -48,3 +50,25 @@ def test_a_write_in_a_pass_is_what_the_pass_reads_next(spark, settings):
     assert changed.disabled == [rules[0].id]
     assert dict(after)[rules[0].id] == dict(before)[rules[0].id] + 1, "the disabled rule's new version is read back"
     assert rules[0].id not in {r.id for r in in_force}
+
+
+def test_an_aggregate_rules_value_from_reads_each_devices_number_from_the_devices_table(spark, settings):
+    """``value_from: devices.setpoint``: the devices table's column, read once as the query starts; a device whose
+    value is null is left out (its windows fire nothing); a column the table lacks is a clear error."""
+    from sensorcep.rules.catalog import VersionedRule
+    from sensorcep.rules.evaluate import RuleScopeError, scope_devices
+    from sensorcep.rules.model import parse_rules
+
+    def rules(column: str) -> list[VersionedRule]:
+        rule = {"id": "over", "kind": "aggregate", "function": "avg", "field": "sensor_freq", "window": "5 minutes",
+                "op": ">", "value_from": f"devices.{column}"}  # fmt: skip
+        return [VersionedRule(r, 1) for r in parse_rules({"rules": [rule]})]
+
+    with pytest.raises(RuleScopeError, match="value_from devices.setpoint need the devices table"):
+        scope_devices(spark, settings, rules("setpoint"))
+    rows = [("d1", "lab", 60.5), ("d2", "lab", None), ("d3", "plant", 42.0)]
+    devices = spark.createDataFrame(rows, "device_id string, site string, setpoint double")
+    Tables(spark, settings).write(devices, "devices", mode="overwrite")
+    assert scope_devices(spark, settings, rules("setpoint")) == {("value_from", "setpoint"): {"d1": 60.5, "d3": 42.0}}
+    with pytest.raises(RuleScopeError, match="the devices table has no column 'limit'"):
+        scope_devices(spark, settings, rules("limit"))

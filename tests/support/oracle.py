@@ -187,11 +187,14 @@ def rule_alerts(events: pd.DataFrame, rules: list[dict], devices: dict[str, dict
     return fired
 
 
-def stateful_rule_alerts(events: pd.DataFrame, rules: list[dict], watermark_ms: int) -> set[tuple]:
+def stateful_rule_alerts(
+    events: pd.DataFrame, rules: list[dict], watermark_ms: int, setpoints: dict[str, dict[str, float]] | None = None
+) -> set[tuple]:
     """(alert_id, rule_id) of the alerts of the stateful rules (as written in YAML, scoped to a device or not), in
     plain Python, over the events a stateful operator accepted (:func:`accepted_events`) and that the final
     ``watermark_ms`` has passed, each device's in event-time order. A rate or baseline rule reads only the events
-    that carry its field as a number; count and sequence conditions are read by :func:`meets`."""
+    that carry its field as a number; count and sequence conditions are read by :func:`meets`. ``setpoints``: the
+    ``devices`` table's numbers by column and device, for an aggregate rule's ``value_from``."""
     fired = set()
 
     def alert(device: str, t_us: int, rule: dict) -> None:
@@ -239,8 +242,11 @@ def stateful_rule_alerts(events: pd.DataFrame, rules: list[dict], watermark_ms: 
                     if i >= rule.get("min_events", 20) and departure > rule["k"] * max(spread, floor):
                         alert(device, t, rule)
             elif rule["kind"] == "aggregate":
+                limit = rule.get("value")
+                if "value_from" in rule:
+                    limit = (setpoints or {}).get(rule["value_from"].removeprefix("devices."), {}).get(device)
                 for end_us, found in _window_aggregates(rule, times, ordered, watermark_ms * 1000):
-                    if found is not None and _OPERATORS[rule["op"]](found, rule["value"]):
+                    if found is not None and limit is not None and _OPERATORS[rule["op"]](found, limit):
                         alert(device, end_us, rule)
             elif rule["kind"] == "pattern":
                 for t in pattern_matches(rule, times, ordered, watermark_ms * 1000):

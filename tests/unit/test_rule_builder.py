@@ -32,6 +32,7 @@ def test_the_documented_rule_set_builds_and_reads_back_from_its_yaml():
         sequence("surge_then_sag", first=voltage > 250, then=voltage < 180, within="2 minutes"),
         aggregate("hot_average", "avg", freq, window="5 minutes", slide="1 minute", op=">", value=80),
         aggregate("busy", "count", window="1 minute", op=">=", value=100),
+        aggregate("over_setpoint", "avg", freq, window="5 minutes", op=">", value_from="devices.setpoint"),
         rate("jump", freq, op=">", value=50),
         absence("silent", within="10 minutes", scope={"site": "lab"}),
         baseline("odd", voltage, k=4, span=50),

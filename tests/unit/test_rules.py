@@ -185,6 +185,9 @@ STATEFUL = [
      "first": {"all": [{"field": "voltage", "op": ">", "value": 230.0},
                        {"field": "sensor_freq", "op": ">", "value": 1.0}]},
      "then": {"not": {"field": "voltage", "op": ">=", "value": 180.0}}, "within": "90 seconds"},
+    # a per-device setpoint (the devices table's column; device b has none: fires nothing)
+    {"id": "over_setpoint", "kind": "aggregate", "function": "max", "field": "sensor_freq", "window": "30 s",
+     "op": ">", "value_from": "devices.setpoint"},
     # patterns: a repeating step, a not between steps, a trailing not, a repeat bounded above
     {"id": "lows_then_high", "kind": "pattern", "within": "60 s", "steps": [
         {"when": {"field": "sensor_freq", "op": "<", "value": 1.0}, "times": {"min": 2}},
@@ -198,6 +201,7 @@ STATEFUL = [
         {"when": {"field": "voltage", "op": ">", "value": 230.0}, "not": True}]},
 ]  # fmt: skip
 VOLTAGES = [None, "170", "200", "240.5", "1e3", "n/a"]
+SETPOINTS = {"a": 1.5}
 
 
 @given(
@@ -236,10 +240,10 @@ def test_property_the_stateful_logic_in_any_watermark_steps_equals_the_oracle(ro
                 for t, v, volts in zip(group.event_time_us, group.sensor_freq, group.voltage, strict=True)
             ]
             step = [e for e in step if done < e[0] <= mark_us]
-            fired, memory = advance(rules, device, memory, step, mark_us)
+            fired, memory = advance(rules, device, memory, step, mark_us, {("value_from", "setpoint"): SETPOINTS})
             got |= {(alert_id(f.device_id, f.event_time_us, f.rule_id), f.rule_id) for f in fired}
             done = max(done, mark_us)
-    assert got == stateful_rule_alerts(frame, STATEFUL, final_us // 1000)
+    assert got == stateful_rule_alerts(frame, STATEFUL, final_us // 1000, {"setpoint": SETPOINTS})
 
 
 def test_how_an_alert_lives_is_part_of_the_rule_with_defaults_that_do_not_change_old_specs():
@@ -284,3 +288,16 @@ def test_an_aggregate_window_fires_once_when_the_watermark_closes_it_and_its_end
     assert next_deadline_us(rules, memory) == 120 * s, "the open window's end: the device may stay quiet"
     fired, memory = advance(rules, "d", memory, [], 200 * s)
     assert fired == [] and memory == {"noisy:1": []}, "one event: no spread, no verdict; the window is gone"
+
+
+def test_an_aggregate_compares_with_a_value_or_each_devices_own_number_not_both():
+    with pytest.raises(RuleError, match="give value .* or value_from .*, one of them"):
+        parse_rules({"rules": [aggregate(value_from="devices.setpoint")]})
+    with pytest.raises(RuleError, match="give value .* or value_from .*, one of them"):
+        parse_rules({"rules": [{k: v for k, v in aggregate().items() if k != "value"}]})
+    with pytest.raises(RuleError, match="value_from: String should match pattern"):
+        parse_rules({"rules": [{**{k: v for k, v in aggregate().items() if k != "value"}, "value_from": "setpoint"}]})
+    [over] = parse_rules({"rules": [{**{k: v for k, v in aggregate(function="avg", field="sensor_freq").items()
+                                       if k != "value"}, "op": ">", "value_from": "devices.setpoint"}]})  # fmt: skip
+    assert (over.text, over.devices_column) == ("avg(sensor_freq) over 1 minute > devices.setpoint", "setpoint")
+    assert "value_from" not in spec_json(parse_rules({"rules": [aggregate()]})[0]), "an old rule keeps its spec"

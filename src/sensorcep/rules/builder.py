@@ -110,10 +110,20 @@ def baseline(rule_id: str, of: Field, *, k: float, span: int, **options) -> Rule
 
 
 def aggregate(
-    rule_id: str, function: str, of: Field | None = None, *, window: str, op: str, value: float, **options
+    rule_id: str,
+    function: str,
+    of: Field | None = None,
+    *,
+    window: str,
+    op: str,
+    value: float | None = None,
+    value_from: str | None = None,
+    **options,
 ) -> Rule:
+    """``kind: aggregate``, compared with ``value`` or with each device's ``value_from="devices.<column>"``."""
+    than = {"value": value} if value_from is None else {"value_from": value_from}
     return _rule(
-        rule_id, "aggregate", function=function, window=window, op=op, value=value,
+        rule_id, "aggregate", function=function, window=window, op=op, **than,
         **({"field": of.name} if of is not None else {}), **options,
     )  # fmt: skip
 

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from sensorcep.errors import SensorCepError
 from sensorcep.io.lake import Tables
 from sensorcep.rules.catalog import VersionedRule
-from sensorcep.rules.model import NUMBER_PATTERN, NUMERIC_FIELDS, alternatives
+from sensorcep.rules.model import NUMBER_PATTERN, NUMERIC_FIELDS, alternatives, number
 from sensorcep.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -34,30 +34,38 @@ class RuleFieldError(SensorCepError, ValueError):
     """A rule reads an event field the events do not carry."""
 
 
-def scope_devices(spark: SparkSession, settings: Settings, rules: list[VersionedRule]) -> dict[tuple, list[str]]:
-    """(column, value) of each site/sensor_type scope -> the device ids the ``devices`` table gives it."""
+def scope_devices(spark: SparkSession, settings: Settings, rules: list[VersionedRule]) -> dict[tuple, object]:
+    """What the rules need of the ``devices`` table, read once: (column, value) of each site/sensor_type scope -> the
+    device ids it gives that scope; ("value_from", column) of each aggregate rule's ``value_from`` -> {device id: its
+    number in that column} (a device whose value is null or not a number is left out)."""
     wanted = {
         (r.rule.scope.column, r.rule.scope.value) for r in rules if r.rule.scope and r.rule.scope.column != "device_id"
     }
-    if not wanted:
+    setpoints = {r.rule.devices_column for r in rules if getattr(r.rule, "devices_column", None)}
+    if not wanted and not setpoints:
         return {}
     lake = Tables(spark, settings)
     if not lake.exists("devices"):
-        names = ", ".join(f"{c}={v}" for c, v in sorted(wanted))
+        names = [f"{c}={v}" for c, v in sorted(wanted)] + [f"value_from devices.{c}" for c in sorted(setpoints)]
+        names = ", ".join(names)
         raise RuleScopeError(
-            f"rules scoped by {names} need the devices table (device_id, site, sensor_type) to know which devices "
+            f"rules with {names} need the devices table (device_id, site, sensor_type, ...) to know which devices "
             "those are, and it does not exist; write it (locally: python -m sensorcep simulate --devices-table) or "
             "scope the rules by device_id"
         )
     devices = lake.read("devices")
-    found: dict[tuple, list[str]] = {}
-    for column, value in sorted(wanted):
+    found: dict[tuple, object] = {}
+    for column in sorted({c for c, _ in wanted} | setpoints):
         if column not in devices.columns:
-            raise RuleScopeError(f"the devices table has no column {column!r}, which a rule's scope names")
+            raise RuleScopeError(f"the devices table has no column {column!r}, which a rule names")
+    for column, value in sorted(wanted):
         ids = [row.device_id for row in devices.where(F.col(column) == value).select("device_id").collect()]
         if not ids:
             log.warning("alert rules: no device has %s=%s; the rules scoped to it fire for no event", column, value)
         found[(column, value)] = sorted(ids)
+    for column in sorted(setpoints):
+        rows = devices.select("device_id", F.col(column).cast("string").alias("v")).collect()
+        found[("value_from", column)] = {row.device_id: number(row.v) for row in rows if number(row.v) is not None}
     return found
 
 

@@ -587,7 +587,9 @@ class AggregateRule(_Rule):
     ``value`` by ``op``. The window's events are those that carry ``field`` as a number (``count`` without a field:
     every event); a window without such events has no aggregate and fires nothing (stddev: fewer than two). Windows
     start at multiples of ``slide`` since the epoch, as Spark's ``window()``; the alert's event time is the window's
-    end."""
+    end. Instead of ``value``, ``value_from: devices.<column>`` compares with the device's own number in that column
+    of the ``devices`` table (a setpoint), as the table is when the query starts; a device without a number there
+    fires nothing."""
 
     kind: Literal["aggregate"]
     function: Literal["avg", "min", "max", "sum", "count", "stddev"]
@@ -595,16 +597,19 @@ class AggregateRule(_Rule):
     window: str
     slide: str | None = None
     op: Literal["<", "<=", ">", ">=", "==", "!="]
-    value: float
+    value: float | None = None
+    value_from: str | None = Field(default=None, pattern=r"^devices\.[A-Za-z_][A-Za-z0-9_]*$")
 
     _field = field_validator("field")(lambda name: None if name is None else _event_field(name))
-    _value = field_validator("value")(_finite)
+    _value = field_validator("value")(lambda value: None if value is None else _finite(value))
     _window = field_validator("window", "slide")(lambda text: None if text is None else _positive_duration(text))
 
     @model_validator(mode="after")
     def _complete(self) -> AggregateRule:
         if self.field is None and self.function != "count":
             raise ValueError(f"{self.function} needs a field to aggregate (only count may go without one)")
+        if (self.value is None) == (self.value_from is None):
+            raise ValueError("give value (a number) or value_from (devices.<column>: each device's own), one of them")
         if self.slide is not None and self.window_us % self.slide_us:
             raise ValueError(f"window ({self.window}) must be a whole number of slides ({self.slide})")
         if self.window_us // self.slide_us > MAX_OPEN_WINDOWS:
@@ -622,7 +627,13 @@ class AggregateRule(_Rule):
     def text(self) -> str:
         of = f"{self.function}({self.field or '*'})"
         every = f" every {self.slide}" if self.slide and self.slide_us != self.window_us else ""
-        return f"{of} over {self.window}{every} {self.op} {self.value:g}{self.where}"
+        than = self.value_from if self.value is None else f"{self.value:g}"
+        return f"{of} over {self.window}{every} {self.op} {than}{self.where}"
+
+    @property
+    def devices_column(self) -> str | None:
+        """The ``devices`` column ``value_from`` names (None: the rule compares with ``value``)."""
+        return self.value_from.split(".", 1)[1] if self.value_from else None
 
 
 #: the most windows one event of an aggregate rule falls into (window / slide): what a device's memory holds per rule

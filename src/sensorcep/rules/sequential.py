@@ -150,7 +150,7 @@ def advance(
                 end_us = window[0] + r.rule.window_us
                 if end_us > watermark_us:
                     still_open.append(window)
-                elif _meets(r.rule, window):
+                elif _meets(r.rule, window, compared_with(r.rule, device_id, scoped)):
                     alert(r, end_us, None, None)
             memory[_key(r)] = still_open
         if r.rule.kind == "absence":
@@ -249,9 +249,17 @@ def aggregate(function: str, window: list) -> float | None:
     return {"avg": total / n, "min": low, "max": high, "sum": total, "count": float(n)}[function]
 
 
-def _meets(rule, window: list) -> bool:
+def compared_with(rule, device_id: str, scoped: dict) -> float | None:
+    """What an aggregate rule compares a window's aggregate with: its ``value``, or the device's number in the
+    ``devices`` column of ``value_from`` (``scoped[("value_from", column)]``: device id -> number; None: none)."""
+    if rule.devices_column is None:
+        return rule.value
+    return scoped.get(("value_from", rule.devices_column), {}).get(device_id)
+
+
+def _meets(rule, window: list, limit: float | None) -> bool:
     found = aggregate(rule.function, window)
-    return found is not None and OPERATOR[rule.op](found, rule.value)
+    return found is not None and limit is not None and OPERATOR[rule.op](found, limit)
 
 
 def baselines(rules: list[VersionedRule], memory: dict) -> list[tuple[VersionedRule, int, float, float, int]]:
