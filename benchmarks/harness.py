@@ -189,6 +189,30 @@ def stateful_rule_set(per_kind: int) -> list:
     return parse_rules({"rules": rules})
 
 
+def new_kind_rule_set(per_kind: int = 4) -> list:
+    """``per_kind`` rules of each of rules v2's shapes (5 x 4 = 20 by default), unscoped: a sliding average and a
+    spread over windows (aggregate), spike / no recovery / spike and a repeating step (pattern), and a count of an
+    ``any:`` condition."""
+    from sensorcep.rules.model import parse_rules
+
+    spike, low = {"field": "sensor_freq", "op": ">", "value": 90.0}, {"field": "sensor_freq", "op": "<", "value": 10.0}
+    rules = []
+    for i in range(per_kind):
+        rules += [
+            {"id": f"avg_{i}", "kind": "aggregate", "function": "avg", "field": "sensor_freq",
+             "window": f"{5 + i} minutes", "slide": "1 minute", "op": ">", "value": 60.0},
+            {"id": f"spread_{i}", "kind": "aggregate", "function": "stddev", "field": "sensor_freq",
+             "window": f"{60 + 30 * i} seconds", "op": ">", "value": 40.0},
+            {"id": f"spikes_{i}", "kind": "pattern", "within": f"{2 + i} minutes",
+             "steps": [{"when": spike}, {"when": low, "not": True}, {"when": spike}]},
+            {"id": f"lows_then_spike_{i}", "kind": "pattern", "within": f"{60 + i} seconds",
+             "steps": [{"when": low, "times": {"min": 2}}, {"when": spike}]},
+            {"id": f"odd_{i}", "kind": "count", "when": {"any": [low, {"not": {"field": "sensor_freq", "op": "<",
+             "value": 99.0 - i}}]}, "at_least": 3, "within": "1 minute"},
+        ]  # fmt: skip
+    return parse_rules({"rules": rules})
+
+
 # ------------------------------------------------------------------------------ Kafka offsets
 def kafka_consumer(bootstrap: str, config: Mapping[str, object] | None = None) -> Consumer:
     """A confluent-kafka consumer in a group of its own that commits nothing: it reads where it is assigned, and can

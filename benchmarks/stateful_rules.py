@@ -1,15 +1,17 @@
 """Stateful alert rules: events/s of the stateful rules query over bronze, beside 02's sampling on the same bronze.
 
     .venv/bin/python benchmarks/stateful_rules.py --events 300000 --rules 4     # needs the broker: make broker-up
+    .venv/bin/python benchmarks/stateful_rules.py --set v2                     # 20 rules of rules v2's kinds
 
 Simulated events are produced to a scratch topic and ingested into bronze once (``--batch`` events per ingest
 micro-batch, so bronze has that many commits). Then, in the same Spark application and one after the other, each on
-a checkpoint of its own: the stateful rules query with ``--rules`` rules of each stateful kind (rate, count, absence,
-sequence, baseline; unscoped, so every device runs every rule), and the sampling query (02, the project's other
-transformWithStateInPandas processor), both ``availableNow`` over the same bronze table. It prints events/s for
-each, their ratio (the baseline is sampling, measured in the same run), the alerts the rules fired, and the batch
-times. At 10,000 events/s of fleet traffic and a ``10 seconds`` trigger, a query keeps up if it does at least
-10,000 events/s over 100,000-event batches.
+a checkpoint of its own: the stateful rules query and the sampling query (02, the project's other
+transformWithStateInPandas processor), both ``availableNow`` over the same bronze table. The rules: ``--rules`` of
+each stateful kind of rules v1 (rate, count, absence, sequence, baseline), or with ``--set v2`` 20 rules of rules
+v2's shapes (windowed aggregates, patterns with a repeating and a ``not`` step, a count of an ``any:`` condition);
+unscoped, so every device runs every rule. It prints events/s for each, their ratio (the baseline is sampling,
+measured in the same run), the alerts the rules fired, and the batch times. At 10,000 events/s of fleet traffic and
+a ``10 seconds`` trigger, a query keeps up if it does at least 10,000 events/s over 100,000-event batches.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from harness import (
     argument_parser,
     batch_stats,
     kafka_consumer,
+    new_kind_rule_set,
     produce_backlog,
     record,
     run_to_end,
@@ -53,7 +56,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=300_000)
     parser.add_argument("--devices", type=int, default=1_000)
     parser.add_argument("--batch", type=int, default=100_000, help="events per ingest micro-batch (bronze commit)")
-    parser.add_argument("--rules", type=int, default=1, help="rules of each stateful kind")
+    parser.add_argument("--rules", type=int, default=1, help="rules of each stateful kind (--set v1)")
+    parser.add_argument("--set", choices=("v1", "v2"), default="v1", help="v2: 20 rules of rules v2's kinds")
     args = parser.parse_args()
 
     with scratch_run("rules", ("events", "alerts"), max_offsets_per_trigger=str(args.batch)) as settings:
@@ -61,7 +65,7 @@ def main() -> None:
         spark = get_spark()
         ingest.start_ingest(spark, settings)
         events = ingest.Tables(spark, settings).read("bronze_events").count()
-        rules = stateful_rule_set(args.rules)
+        rules = stateful_rule_set(args.rules) if args.set == "v1" else new_kind_rule_set()
         catalog.apply_rules(spark, settings, rules)
         print(f"\n{events:,} bronze events from {args.devices:,} devices; {len(rules)} stateful rules", flush=True)
         rules_s, rules_stats = timed("stateful rules", lambda: stateful_rules.start_stateful_rules(spark, settings))
@@ -71,7 +75,8 @@ def main() -> None:
         print(f"sampling (02)  : {events / sampling_s:>10,.0f} events/s")
         print(f"ratio rules / sampling: {sampling_s / rules_s:.2f}x")
         stop_session(spark)
-    figures = {"bronze events": events, "devices": args.devices, "stateful rules": len(rules), "alerts": alerts}
+    figures = {"rule set": args.set, "bronze events": events, "devices": args.devices, "stateful rules": len(rules)}
+    figures["alerts"] = alerts
     for name, seconds, stats in (("stateful rules", rules_s, rules_stats), ("sampling", sampling_s, sampling_stats)):
         figures[f"{name} (events/s)"] = events / seconds
         figures[f"{name} (s)"] = seconds
