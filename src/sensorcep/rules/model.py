@@ -11,6 +11,7 @@ kinds, and per-field error locations that :class:`RuleError` turns into one sent
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import operator
@@ -288,9 +289,20 @@ def alternatives(condition: Condition, negate: bool = False) -> list[tuple[Compa
     return [option for options in parts for option in options]  # any, or not all: one part holds
 
 
+#: the alternatives of each condition :func:`holds` has judged, by the condition's identity (a condition holds a list:
+#: not hashable); the condition is kept with them, so its id is not reused while it is cached
+_EXPANDED: dict[int, tuple[object, list[tuple[Comparison, ...]]]] = {}
+
+
 def holds(condition: Condition, event: Mapping[str, object]) -> bool:
-    """Whether an event (field name -> value) meets the condition."""
-    return any(all(c.holds(event) for c in option) for option in alternatives(condition))
+    """Whether an event (field name -> value) meets the condition (its :func:`alternatives`, expanded once per
+    condition: the stateful rules judge every event of every device with them)."""
+    found = _EXPANDED.get(id(condition))
+    if found is None or found[0] is not condition:
+        if len(_EXPANDED) > 10_000:  # rules change rarely; a long-running job must not keep every old one
+            _EXPANDED.clear()
+        found = _EXPANDED[id(condition)] = (condition, alternatives(condition))
+    return any(all(c.holds(event) for c in option) for option in found[1])
 
 
 def fields_of(condition: Condition) -> set[str]:
@@ -375,7 +387,9 @@ def _positive_duration(text: str) -> str:
     return text
 
 
+@functools.lru_cache(maxsize=4096)
 def _microseconds(duration: str) -> int:
+    """A duration in µs (cached: the stateful rules read a rule's durations for every event)."""
     return int(parse_duration(duration) * 1_000_000)
 
 
