@@ -289,20 +289,26 @@ def alternatives(condition: Condition, negate: bool = False) -> list[tuple[Compa
     return [option for options in parts for option in options]  # any, or not all: one part holds
 
 
-#: the alternatives of each condition :func:`holds` has judged, by the condition's identity (a condition holds a list:
-#: not hashable); the condition is kept with them, so its id is not reused while it is cached
-_EXPANDED: dict[int, tuple[object, list[tuple[Comparison, ...]]]] = {}
+def per_object(cache: dict, thing: object, work):
+    """``work(thing)``, worked out once per object and kept in ``cache`` by the object's identity (rules and conditions
+    hold lists: not hashable); the object is kept with its result, so its id is not reused while cached. Rules change
+    rarely: a cache past 10,000 objects starts afresh, so a long-running job does not keep every old rule."""
+    found = cache.get(id(thing))
+    if found is None or found[0] is not thing:
+        if len(cache) > 10_000:
+            cache.clear()
+        found = cache[id(thing)] = (thing, work(thing))
+    return found[1]
+
+
+#: the alternatives of each condition :func:`holds` has judged
+_EXPANDED: dict[int, tuple] = {}
 
 
 def holds(condition: Condition, event: Mapping[str, object]) -> bool:
     """Whether an event (field name -> value) meets the condition (its :func:`alternatives`, expanded once per
     condition: the stateful rules judge every event of every device with them)."""
-    found = _EXPANDED.get(id(condition))
-    if found is None or found[0] is not condition:
-        if len(_EXPANDED) > 10_000:  # rules change rarely; a long-running job must not keep every old one
-            _EXPANDED.clear()
-        found = _EXPANDED[id(condition)] = (condition, alternatives(condition))
-    return any(all(c.holds(event) for c in option) for option in found[1])
+    return any(all(c.holds(event) for c in option) for option in per_object(_EXPANDED, condition, alternatives))
 
 
 def fields_of(condition: Condition) -> set[str]:

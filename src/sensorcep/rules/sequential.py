@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sensorcep.rules.catalog import VersionedRule
-from sensorcep.rules.model import OPERATOR, holds, number
+from sensorcep.rules.model import OPERATOR, holds, number, per_object
 
 
 @dataclass(frozen=True)
@@ -180,14 +180,11 @@ def _add_to_windows(rule, windows: list[list], t_us: int, reading: float) -> lis
 def _compiled(rule) -> tuple[list, list, bool]:
     """A pattern's positive steps (condition, min, max or None), the conditions of the ``not`` steps after each, and
     whether it ends in a ``not`` step (worked out once per rule object)."""
-    found = _COMPILED.get(id(rule))
-    if found is None or found[0] is not rule:
-        found = _COMPILED[id(rule)] = (rule, _compile(rule))
-    return found[1]
+    return per_object(_COMPILED, rule, _compile)
 
 
-#: :func:`_compiled` patterns by the rule's identity, the rule kept with them (so its id is not reused)
-_COMPILED: dict[int, tuple[object, tuple[list, list, bool]]] = {}
+#: :func:`_compiled` patterns
+_COMPILED: dict[int, tuple] = {}
 
 
 def _compile(rule) -> tuple[list, list, bool]:
