@@ -33,7 +33,12 @@ from pyspark.sql.streaming import StreamingQuery
 from sensorcep.observability.monitoring import stop_progress_listener
 from sensorcep.pipeline import queries, registry
 from sensorcep.pipeline.ingest import wait_for_bronze
-from sensorcep.pipeline.streaming import explain_failure
+from sensorcep.pipeline.streaming import (
+    WORKER_START_GAP_S,
+    WORKER_START_RETRIES,
+    explain_failure,
+    worker_start_failed,
+)
 from sensorcep.rules import catalog
 from sensorcep.runtime import get_spark
 from sensorcep.settings import Settings, SettingsError, parse_duration
@@ -43,15 +48,6 @@ log = logging.getLogger(__name__)
 
 #: the always-on tasks: the bundle's task keys, each starting its declared queries
 TASKS = queries.TASK_ORDER
-#: how Spark says a Python worker did not start in time: a stateful processor's first batch starts a fresh Python
-#: process on the driver, which must connect back within Spark's fixed 10 seconds; a busy 2-core machine starting
-#: several stateful queries at once can miss that. A transient failure that starting the query again gets past.
-WORKER_START_FAILURES = ("Python worker failed to connect back", "CANNOT_OPEN_SOCKET")
-#: how many times one query is started again after such a failure, and the least time between two such restarts of
-#: any query of the process: past Spark's 10 s, so the restarted queries' Python processes do not race each other
-#: again (two queries restarted together both failed again, in a suite run beside the fault test)
-WORKER_START_RETRIES = 3
-WORKER_START_GAP_S = 12.0
 
 
 @dataclass
@@ -125,13 +121,13 @@ class RunningTask:
 
     def _awaits_restart(self, index: int) -> bool:
         """Whether the slot's query stopped only because a Python worker did not start in time (as
-        :data:`WORKER_START_FAILURES` say) and may still be started again."""
+        :func:`~sensorcep.pipeline.streaming.worker_start_failed` says) and may still be started again."""
         query = self.slots[index]
         if query is None or query.isActive or query.exception() is None:
             return False
         if self.retries.get(index, 0) >= WORKER_START_RETRIES:
             return False
-        return any(marker in str(query.exception()) for marker in WORKER_START_FAILURES)
+        return worker_start_failed(query.exception())
 
     def restarts_pending(self) -> bool:
         return any(self._awaits_restart(index) for index in range(len(self.slots)))

@@ -25,7 +25,10 @@ def start(spark: SparkSession, settings: Settings):
     alert_settings = settings
     if is_realtime(settings.alerts_trigger) and settings.runs_to_end:
         alert_settings = settings.replace(alerts_trigger=f"realtime:{BOUNDED_REALTIME_INTERVAL}")
-    return alerts.start_alerts(spark, alert_settings, wait=False), sampling.start_sampling(spark, settings, wait=False)
+    # sampling first: its Python worker starts before the real-time query's tasks take the cores (on Spark Connect a
+    # foreachBatch query's Python process must connect back within Spark's 10 s as the query starts)
+    sampling_query = sampling.start_sampling(spark, settings, wait=False)
+    return alerts.start_alerts(spark, alert_settings, wait=False), sampling_query
 
 
 def finish_both(alerts_query, sampling_query, settings: Settings):

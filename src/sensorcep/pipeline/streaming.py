@@ -30,6 +30,22 @@ from sensorcep.settings import Settings, parse_trigger, trigger_runs_to_end
 log = logging.getLogger(__name__)
 _said_no_pools: set[str] = set()
 
+#: how Spark says a Python worker did not start in time: a query's Python process (a stateful processor's, at its
+#: first batch; a foreachBatch function's on Spark Connect, as the query starts) must connect back within Spark's fixed
+#: 10 seconds, and a busy 2-core machine starting several queries at once can miss that. A transient failure that
+#: starting the query again gets past.
+WORKER_START_FAILURES = ("Python worker failed to connect back", "CANNOT_OPEN_SOCKET")
+#: how many times one query is started again after such a failure, and (the always-on job) the least time between two
+#: such restarts of any query of the process: past Spark's 10 s, so the restarted queries' Python processes do not race
+#: each other again (two queries restarted together both failed again, in a suite run beside the fault test)
+WORKER_START_RETRIES = 3
+WORKER_START_GAP_S = 12.0
+
+
+def worker_start_failed(error: BaseException | None) -> bool:
+    """Whether a query failed (or failed to start) only because its Python worker did not start in time."""
+    return error is not None and any(marker in str(error) for marker in WORKER_START_FAILURES)
+
 
 def scheduler_pool_context(spark: SparkSession):
     """Where a query's FAIR scheduler pool is set: the classic session's SparkContext. Spark Connect has no
@@ -86,7 +102,7 @@ def start_query(
     if sink is not None:
         writer = writer.format(sink[0]).options(**sink[1])
     try:
-        started = set_trigger(writer, trigger_kwargs).start()
+        started = _start(set_trigger(writer, trigger_kwargs), query)
     except BaseException:
         claim.release()
         raise
@@ -94,6 +110,26 @@ def start_query(
     if context is not None:
         context.setLocalProperty("spark.scheduler.pool", None)
     return started
+
+
+def _start(writer, query: str) -> StreamingQuery:
+    """``writer.start()``, again (up to :data:`WORKER_START_RETRIES` times) when only its Python worker was late: on
+    Spark Connect a foreachBatch query starts its function's Python process as it starts (``make demo``: 03's sampling
+    query beside the real-time alert query missed Spark's 10 s once), and nothing of the query exists yet."""
+    attempt = 0
+    while True:
+        try:
+            return writer.start()
+        except Exception as error:
+            attempt += 1
+            if attempt > WORKER_START_RETRIES or not worker_start_failed(error):
+                raise
+            log.warning(
+                "query %s: its Python worker did not start in time; starting the query again (%d of %d)",
+                query,
+                attempt,
+                WORKER_START_RETRIES,
+            )
 
 
 def finish(
