@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sensorcep.rules.catalog import VersionedRule
-from sensorcep.rules.model import OPERATOR, holds, number, per_object
+from sensorcep.rules.model import OPERATOR, alternatives, number, per_object
 
 
 @dataclass(frozen=True)
@@ -80,34 +80,38 @@ def advance(
     def alert(r: VersionedRule, t_us: int, value: float | None, kafka_us: int | None) -> None:
         fired.append(Fired(device_id, t_us, value, kafka_us, r.id, r.version, r.rule.text))
 
+    keyed = [(r, r.rule, _key(r)) for r in mine]  # worked out once per call, not per event
+    for _, rule, key in keyed:  # windows are updated in place: the caller's memory stays as it was
+        if rule.kind == "aggregate" and key in memory:
+            memory[key] = [list(window) for window in memory[key]]
     for t_us, value, kafka_us, *extra in sorted(events, key=lambda e: e[0]):
-        fields = {**(extra[0] if extra else {}), "sensor_freq": value}
-        for r in mine:
-            rule, key = r.rule, _key(r)
-            if rule.kind in ("rate", "baseline"):
-                reading = number(fields.get(rule.field))
+        event = Judged({**(extra[0] if extra else {}), "sensor_freq": value})
+        for r, rule, key in keyed:
+            kind = rule.kind
+            if kind == "rate" or kind == "baseline":
+                reading = event.number(rule.field)
                 if reading is None:
                     continue
-            if rule.kind == "rate":
+            if kind == "rate":
                 previous = memory.get(key)
                 if previous is not None and t_us > previous[0]:
                     change = (reading - previous[1]) / ((t_us - previous[0]) / 1e6)
                     if OPERATOR[rule.op](change, rule.value):
                         alert(r, t_us, value, kafka_us)
                 memory[key] = [t_us, reading]
-            elif rule.kind == "count":
-                if holds(rule.test, fields):
+            elif kind == "count":
+                if event.holds(rule.test):
                     recent = [t for t in memory.get(key, []) if t >= t_us - rule.within_us] + [t_us]
                     if len(recent) >= rule.at_least:
                         alert(r, t_us, value, kafka_us)
                     memory[key] = recent[-rule.at_least :]  # older ones can never count again
-            elif rule.kind == "sequence":
+            elif kind == "sequence":
                 first_at = memory.get(key)
-                if first_at is not None and holds(rule.then, fields) and t_us - first_at <= rule.within_us:
+                if first_at is not None and event.holds(rule.then) and t_us - first_at <= rule.within_us:
                     alert(r, t_us, value, kafka_us)
                     first_at = None  # used up
-                memory[key] = t_us if holds(rule.first, fields) else first_at
-            elif rule.kind == "baseline":
+                memory[key] = t_us if event.holds(rule.first) else first_at
+            elif kind == "baseline":
                 n, mean, var, _ = memory.get(key, [0, 0.0, 0.0, None])
                 # a constant run (spread 0) fires on any departure, unless min_spread sets a floor
                 if n >= rule.min_events and abs(reading - mean) > rule.k * max(math.sqrt(var), rule.spread_floor):
@@ -119,19 +123,19 @@ def advance(
                     mean += rule.alpha * diff
                     var = (1 - rule.alpha) * (var + diff * rule.alpha * diff)
                 memory[key] = [n + 1, mean, var, t_us]
-            elif rule.kind == "aggregate":
-                reading = 1.0 if rule.field is None else number(fields.get(rule.field))
+            elif kind == "aggregate":
+                reading = 1.0 if rule.field is None else event.number(rule.field)
                 if reading is not None:
                     memory[key] = _add_to_windows(rule, memory.get(key, []), t_us, reading)
-            elif rule.kind == "pattern":
+            elif kind == "pattern":
                 due = _pattern_due(rule, memory.get(key, []), t_us - 1)
                 if due is not None:  # a trailing not held until within ended, before this event: the match ends there
                     alert(r, due, None, None)
                     memory[key] = []
-                done, memory[key] = pattern_runs(rule, memory.get(key, []), t_us, fields)
+                done, memory[key] = pattern_runs(rule, memory.get(key, []), t_us, event)
                 if done:
                     alert(r, t_us, value, kafka_us)
-            elif rule.kind == "absence":
+            elif kind == "absence":
                 last, sent_for = memory.get(key, [None, None])
                 if last is not None and t_us - last > rule.within_us and sent_for != last:
                     alert(r, last + rule.within_us, None, None)
@@ -161,25 +165,84 @@ def advance(
     return fired, memory
 
 
+class Judged:
+    """One event's fields as the rules read them: each field read as a number once, each comparison judged once (the
+    rules in force judge the same comparisons of the same event, a pattern once per partial match)."""
+
+    __slots__ = ("fields", "numbers", "compared")
+
+    def __init__(self, fields: dict):
+        self.fields = fields
+        self.numbers: dict[str, float | None] = {}
+        self.compared: dict[tuple, bool] = {}
+
+    def number(self, field: str) -> float | None:
+        """The field as :func:`~sensorcep.rules.model.number` reads it."""
+        if field in self.numbers:
+            return self.numbers[field]
+        found = self.numbers[field] = number(self.fields.get(field))
+        return found
+
+    def holds(self, condition) -> bool:
+        """:func:`sensorcep.rules.model.holds`: whether one of the condition's alternatives holds in full."""
+        return self.meets(per_object(_OPTIONS, condition, _options))
+
+    def meets(self, options: tuple) -> bool:
+        """:meth:`holds` for a condition's :func:`_options`, worked out beforehand."""
+        for option in options:
+            for comparison in option:
+                met = self.compared.get(comparison)
+                if met is None:
+                    field, op, value = comparison
+                    found = self.number(field)
+                    met = self.compared[comparison] = found is not None and OPERATOR[op](found, value)
+                if not met:
+                    break
+            else:
+                return True
+        return False
+
+
+#: each condition's alternatives as (field, op, value) comparisons, for :meth:`Judged.holds`
+_OPTIONS: dict[int, tuple] = {}
+
+
+def _options(condition) -> tuple[tuple[tuple[str, str, float], ...], ...]:
+    return tuple(tuple((c.field, c.op, c.value) for c in option) for option in alternatives(condition))
+
+
 def _add_to_windows(rule, windows: list[list], t_us: int, reading: float) -> list[list]:
-    """An event's reading added to every window of ``rule`` it falls into (created as needed): each window is
-    [start_us, events, sum, mean, m2, min, max], the mean and m2 by Welford's update (for stddev)."""
-    by_start = {window[0]: window for window in windows}
-    start = t_us - t_us % rule.slide_us  # the latest window that holds t, aligned as Spark's window()
-    while start > t_us - rule.window_us:
-        n, total, mean, m2, low, high = by_start.get(start, [start, 0, 0.0, 0.0, 0.0, math.inf, -math.inf])[1:]
-        n += 1
-        delta = reading - mean
-        mean += delta / n
-        m2 += delta * (reading - mean)
-        by_start[start] = [start, n, total + reading, mean, m2, min(low, reading), max(high, reading)]
-        start -= rule.slide_us
-    return sorted(by_start.values())
+    """An event's reading added to every window of ``rule`` it falls into (created as needed), in place: each window
+    is [start_us, events, sum, mean, m2, min, max], the mean and m2 by Welford's update (for stddev); the list stays
+    ordered by start."""
+    newest = t_us - t_us % rule.slide_us  # the latest window that holds t, aligned as Spark's window()
+    oldest = newest - ((newest - (t_us - rule.window_us)) - 1) // rule.slide_us * rule.slide_us
+    if not windows or windows[-1][0] < newest:  # a window to open (events come oldest first: the older ones are open)
+        held = {window[0] for window in windows if window[0] >= oldest}
+        missing = [[start, 0, 0.0, 0.0, 0.0, math.inf, -math.inf]
+                   for start in range(oldest, newest + 1, rule.slide_us) if start not in held]  # fmt: skip
+        ordered = not windows or missing[0][0] > windows[-1][0]
+        windows = windows + missing if ordered else sorted(windows + missing)
+    for window in reversed(windows):
+        start = window[0]
+        if start < oldest:
+            break
+        if start > newest:
+            continue
+        n = window[1] + 1
+        delta = reading - window[3]
+        mean = window[3] + delta / n
+        window[1], window[2], window[3], window[4] = n, window[2] + reading, mean, window[4] + delta * (reading - mean)
+        if reading < window[5]:
+            window[5] = reading
+        if reading > window[6]:
+            window[6] = reading
+    return windows
 
 
 def _compiled(rule) -> tuple[list, list, bool]:
-    """A pattern's positive steps (condition, min, max or None), the conditions of the ``not`` steps after each, and
-    whether it ends in a ``not`` step (worked out once per rule object)."""
+    """A pattern's positive steps (condition's :func:`_options`, min, max or None), the conditions (the same) of the
+    ``not`` steps after each, and whether it ends in a ``not`` step (worked out once per rule object)."""
     return per_object(_COMPILED, rule, _compile)
 
 
@@ -191,14 +254,14 @@ def _compile(rule) -> tuple[list, list, bool]:
     positives, nots = [], []
     for step in rule.steps:
         if step.absent:
-            nots[-1].append(step.when)
+            nots[-1].append(_options(step.when))
         else:
-            positives.append((step.when, step.repeat.min, step.repeat.max))
+            positives.append((_options(step.when), step.repeat.min, step.repeat.max))
             nots.append([])
     return positives, nots, rule.steps[-1].absent
 
 
-def pattern_runs(rule, runs: list[list], t_us: int, fields: dict) -> tuple[bool, list[list]]:
+def pattern_runs(rule, runs: list[list], t_us: int, event: Judged) -> tuple[bool, list[list]]:
     """One event through a pattern's partial matches (each [step, count, blocked, first event's time]): whether a match
     completes at it, and the partial matches after it (none after a match: matching starts again after it).
 
@@ -216,15 +279,15 @@ def pattern_runs(rule, runs: list[list], t_us: int, fields: dict) -> tuple[bool,
             continue  # too late for this partial match
         when, least, most = positives[step]
         enough = count >= least
-        nexts.append([step, count, blocked or (enough and any(holds(n, fields) for n in nots[step])), first])
-        if (most is None or count < most) and holds(when, fields):
+        nexts.append([step, count, blocked or (enough and any(event.meets(n) for n in nots[step])), first])
+        if (most is None or count < most) and event.meets(when):
             taken = min(count + 1, least) if most is None else count + 1  # unbounded: beyond min, counts are alike
             nexts.append([step, taken, False, first])
             done |= step == last and taken >= least and not trailing
-        if enough and not blocked and step < last and holds(positives[step + 1][0], fields):
+        if enough and not blocked and step < last and event.meets(positives[step + 1][0]):
             nexts.append([step + 1, 1, False, first])
             done |= step + 1 == last and positives[last][1] == 1 and not trailing
-    if holds(positives[0][0], fields):
+    if event.meets(positives[0][0]):
         nexts.append([0, 1, False, t_us])
         done |= last == 0 and positives[0][1] == 1 and not trailing
     if done:
