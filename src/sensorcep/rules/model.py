@@ -207,10 +207,6 @@ class Comparison(_Combines):
     def text(self) -> str:
         return f"{self.field} {self.op} {self.value:g}"
 
-    def holds(self, event: Mapping[str, object]) -> bool:
-        found = number(event.get(self.field))
-        return found is not None and OPERATOR[self.op](found, self.value)
-
     def negated(self) -> Comparison:
         return Comparison(field=self.field, op=NEGATED[self.op], value=self.value)
 
@@ -301,14 +297,61 @@ def per_object(cache: dict, thing: object, work):
     return found[1]
 
 
-#: the alternatives of each condition :func:`holds` has judged
-_EXPANDED: dict[int, tuple] = {}
-
-
 def holds(condition: Condition, event: Mapping[str, object]) -> bool:
-    """Whether an event (field name -> value) meets the condition (its :func:`alternatives`, expanded once per
-    condition: the stateful rules judge every event of every device with them)."""
-    return any(all(c.holds(event) for c in option) for option in per_object(_EXPANDED, condition, alternatives))
+    """Whether an event (field name -> value) meets the condition (:class:`Judged`, as the stateful rules judge every
+    event of every device)."""
+    return Judged(event).holds(condition)
+
+
+class Judged:
+    """One event's fields as the rules read them: each field read as a number once, each comparison judged once (the
+    rules in force judge the same comparisons of the same event, a pattern once per partial match)."""
+
+    __slots__ = ("fields", "numbers", "compared")
+
+    def __init__(self, fields: Mapping[str, object]):
+        self.fields = fields
+        self.numbers: dict[str, float | None] = {}
+        self.compared: dict[tuple, bool] = {}
+
+    def number(self, field: str) -> float | None:
+        """The field as :func:`number` reads it."""
+        if field in self.numbers:
+            return self.numbers[field]
+        found = self.numbers[field] = number(self.fields.get(field))
+        return found
+
+    def holds(self, condition) -> bool:
+        """Whether one of the condition's :func:`alternatives` holds in full."""
+        return self.meets(options_of(condition))
+
+    def meets(self, options: tuple) -> bool:
+        """:meth:`holds` for a condition's :func:`options_of`, worked out beforehand."""
+        for option in options:
+            for comparison in option:
+                met = self.compared.get(comparison)
+                if met is None:
+                    field, op, value = comparison
+                    found = self.number(field)
+                    met = self.compared[comparison] = found is not None and OPERATOR[op](found, value)
+                if not met:
+                    break
+            else:
+                return True
+        return False
+
+
+#: :func:`options_of` conditions
+_OPTIONS: dict[int, tuple] = {}
+
+
+def options_of(condition: Condition) -> tuple[tuple[tuple[str, str, float], ...], ...]:
+    """The condition's :func:`alternatives` as (field, op, value) comparisons (worked out once per condition)."""
+    return per_object(_OPTIONS, condition, _options)
+
+
+def _options(condition: Condition) -> tuple[tuple[tuple[str, str, float], ...], ...]:
+    return tuple(tuple((c.field, c.op, c.value) for c in option) for option in alternatives(condition))
 
 
 def fields_of(condition: Condition) -> set[str]:

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sensorcep.rules.catalog import VersionedRule
-from sensorcep.rules.model import OPERATOR, alternatives, number, per_object
+from sensorcep.rules.model import OPERATOR, Judged, options_of, per_object
 
 
 @dataclass(frozen=True)
@@ -165,52 +165,6 @@ def advance(
     return fired, memory
 
 
-class Judged:
-    """One event's fields as the rules read them: each field read as a number once, each comparison judged once (the
-    rules in force judge the same comparisons of the same event, a pattern once per partial match)."""
-
-    __slots__ = ("fields", "numbers", "compared")
-
-    def __init__(self, fields: dict):
-        self.fields = fields
-        self.numbers: dict[str, float | None] = {}
-        self.compared: dict[tuple, bool] = {}
-
-    def number(self, field: str) -> float | None:
-        """The field as :func:`~sensorcep.rules.model.number` reads it."""
-        if field in self.numbers:
-            return self.numbers[field]
-        found = self.numbers[field] = number(self.fields.get(field))
-        return found
-
-    def holds(self, condition) -> bool:
-        """:func:`sensorcep.rules.model.holds`: whether one of the condition's alternatives holds in full."""
-        return self.meets(per_object(_OPTIONS, condition, _options))
-
-    def meets(self, options: tuple) -> bool:
-        """:meth:`holds` for a condition's :func:`_options`, worked out beforehand."""
-        for option in options:
-            for comparison in option:
-                met = self.compared.get(comparison)
-                if met is None:
-                    field, op, value = comparison
-                    found = self.number(field)
-                    met = self.compared[comparison] = found is not None and OPERATOR[op](found, value)
-                if not met:
-                    break
-            else:
-                return True
-        return False
-
-
-#: each condition's alternatives as (field, op, value) comparisons, for :meth:`Judged.holds`
-_OPTIONS: dict[int, tuple] = {}
-
-
-def _options(condition) -> tuple[tuple[tuple[str, str, float], ...], ...]:
-    return tuple(tuple((c.field, c.op, c.value) for c in option) for option in alternatives(condition))
-
-
 def _add_to_windows(rule, windows: list[list], t_us: int, reading: float) -> list[list]:
     """An event's reading added to every window of ``rule`` it falls into (created as needed), in place: each window
     is [start_us, events, sum, mean, m2, min, max], the mean and m2 by Welford's update (for stddev); the list stays
@@ -241,8 +195,9 @@ def _add_to_windows(rule, windows: list[list], t_us: int, reading: float) -> lis
 
 
 def _compiled(rule) -> tuple[list, list, bool]:
-    """A pattern's positive steps (condition's :func:`_options`, min, max or None), the conditions (the same) of the
-    ``not`` steps after each, and whether it ends in a ``not`` step (worked out once per rule object)."""
+    """A pattern's positive steps (condition as :func:`~sensorcep.rules.model.options_of`, min, max or None), the
+    conditions (the same) of the ``not`` steps after each, and whether it ends in a ``not`` step (worked out once per
+    rule object)."""
     return per_object(_COMPILED, rule, _compile)
 
 
@@ -254,9 +209,9 @@ def _compile(rule) -> tuple[list, list, bool]:
     positives, nots = [], []
     for step in rule.steps:
         if step.absent:
-            nots[-1].append(_options(step.when))
+            nots[-1].append(options_of(step.when))
         else:
-            positives.append((_options(step.when), step.repeat.min, step.repeat.max))
+            positives.append((options_of(step.when), step.repeat.min, step.repeat.max))
             nots.append([])
     return positives, nots, rule.steps[-1].absent
 
