@@ -126,6 +126,20 @@ DECLARED: tuple[TableSpec, ...] = (
         written_by=("alert_lifecycle",),
         partition_by=("part_date",),
     ),
+    TableSpec(
+        "notifications",
+        "notification_id string, receiver string, group_name string, incident_ids array<string>, "
+        "new_incident_ids array<string>, repeat boolean, level int, status string, reason string, "
+        "attempts array<string>, at timestamp, batch_id long",
+        key=("notification_id", "status"),
+        written_by=("notifier",),
+    ),
+    TableSpec(
+        "notifier_state",
+        "batch_id long, groups string, pass_at timestamp",
+        key=("batch_id",),
+        written_by=("notifier",),
+    ),
     TableSpec("alert_rules", None, key=("rule_id",), written_by=("rules apply",)),
     TableSpec(
         "device_baselines",

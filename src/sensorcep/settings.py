@@ -127,6 +127,20 @@ class Settings:
             "sensorcep/rules/alert_rules.yaml (python -m sensorcep rules apply --file F changes the table)"
         },
     )
+    routes_file: str = field(
+        default="",
+        metadata={
+            "doc": "YAML routes (docs/routes.md) the notifier query tells the receivers by; empty: nobody is told and "
+            "the notifier does not run"
+        },
+    )
+    routes_secret_scope: str = field(
+        default="sensorcep",
+        metadata={
+            "doc": "secret scope of the receivers' secrets (webhook HMAC keys, Slack URLs, PagerDuty keys, SMTP); "
+            "locally the environment variables <SCOPE>_<NAME>"
+        },
+    )
     rules_refresh: str = field(
         default="30 seconds",
         metadata={

@@ -3,11 +3,10 @@ with the same notification id, and a dead letter instead of an exception, agains
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 
 import pytest
+from support.receiver import LoopbackReceiver
 
 from sensorcep.routes import delivery
 from sensorcep.routes.model import Receiver
@@ -15,29 +14,10 @@ from sensorcep.routes.model import Receiver
 SECRETS = {"hook-hmac": "s3cret", "pd-key": "R0UTING", "smtp": "smtp.example:587:ops:pw"}
 
 
-class Recorder(http.server.BaseHTTPRequestHandler):
-    """A receiver on loopback: records each POST; answers with the next of ``codes`` (then 200)."""
-
-    received: list[tuple[str, dict, bytes]] = []
-    codes: list[int] = []
-
-    def do_POST(self):  # noqa: N802 - http.server's name
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).received.append((self.path, dict(self.headers), body))
-        self.send_response(type(self).codes.pop(0) if type(self).codes else 200)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def server():
-    Recorder.received, Recorder.codes = [], []
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
+    with LoopbackReceiver() as receiver:
+        yield receiver
 
 
 MESSAGE = delivery.Message(
@@ -52,10 +32,10 @@ MESSAGE = delivery.Message(
 
 
 def test_a_webhook_is_json_signed_with_the_named_secret_and_keyed_by_the_notification_id(server):
-    receiver = Receiver(name="team", webhook={"url": f"{server}/hook", "hmac_secret": "hook-hmac"})
+    receiver = Receiver(name="team", webhook={"url": f"{server.url}/hook", "hmac_secret": "hook-hmac"})
     outcome = delivery.deliver(receiver, MESSAGE, SECRETS.__getitem__)
     assert (outcome.status, outcome.attempts) == ("delivered", ["200"])
-    ((path, headers, body),) = Recorder.received
+    ((path, headers, body),) = server.received
     assert path == "/hook" and headers["Idempotency-Key"] == "n1"
     assert headers[delivery.SIGNATURE_HEADER] == delivery.signature("s3cret", body)
     assert json.loads(body)["incidents"][1]["device_id"] == "d2"
@@ -63,10 +43,10 @@ def test_a_webhook_is_json_signed_with_the_named_secret_and_keyed_by_the_notific
 
 def test_slack_and_pagerduty_get_their_own_formats(server):
     slack = Receiver(name="chat", slack={"webhook_secret": "slack-url"})
-    delivery.deliver(slack, MESSAGE, {"slack-url": f"{server}/slack"}.__getitem__)
-    pagerduty = Receiver(name="oncall", pagerduty={"routing_key_secret": "pd-key", "url": f"{server}/pd"})
+    delivery.deliver(slack, MESSAGE, {"slack-url": f"{server.url}/slack"}.__getitem__)
+    pagerduty = Receiver(name="oncall", pagerduty={"routing_key_secret": "pd-key", "url": f"{server.url}/pd"})
     delivery.deliver(pagerduty, MESSAGE, SECRETS.__getitem__)
-    (_, _, text), (_, _, event) = Recorder.received
+    (_, _, text), (_, _, event) = server.received
     assert json.loads(text)["text"].splitlines() == [MESSAGE.title, "  device_id=d1", "  device_id=d2", MESSAGE.link]
     event = json.loads(event)
     assert (event["routing_key"], event["dedup_key"], event["event_action"]) == ("R0UTING", "n1", "trigger")
@@ -74,14 +54,14 @@ def test_slack_and_pagerduty_get_their_own_formats(server):
 
 
 def test_a_failing_receiver_is_retried_with_the_same_id_then_dead_lettered_and_nothing_raises(server):
-    receiver = Receiver(name="team", webhook={"url": f"{server}/hook", "hmac_secret": "hook-hmac"})
-    Recorder.codes = [500, 503]
+    receiver = Receiver(name="team", webhook={"url": f"{server.url}/hook", "hmac_secret": "hook-hmac"})
+    server.codes = [500, 503]
     waits = []
     outcome = delivery.deliver(receiver, MESSAGE, SECRETS.__getitem__, attempts=3, backoff_s=0.5, wait=waits.append)
     assert (outcome.status, outcome.attempts, waits) == ("delivered", ["500", "503", "200"], [0.5, 1.0])
-    assert {headers["Idempotency-Key"] for _, headers, _ in Recorder.received} == {"n1"}, "one id across retries"
+    assert {headers["Idempotency-Key"] for _, headers, _ in server.received} == {"n1"}, "one id across retries"
 
-    Recorder.received, Recorder.codes = [], [500, 500, 500]
+    server.received, server.codes = [], [500, 500, 500]
     dead = delivery.deliver(receiver, MESSAGE, SECRETS.__getitem__, attempts=3, backoff_s=0, wait=waits.append)
     assert (dead.status, dead.attempts) == ("dead_letter", ["500", "500", "500"])
     gone = Receiver(name="team", webhook={"url": "http://127.0.0.1:9/hook", "hmac_secret": "hook-hmac"})  # discard

@@ -136,3 +136,34 @@ def test_a_pass_that_comes_late_sends_every_level_the_incident_passed_in_order_w
     assert [(row["receiver"], row["level"]) for row in first] == [("team", 0), ("oncall", 1), ("manager", 2)]
     assert [row["notification_id"] for row in first] == [row["notification_id"] for row in again]
     assert len({row["notification_id"] for row in first}) == 3
+
+
+def test_without_a_routes_file_the_notifier_query_does_not_start():
+    from sensorcep.pipeline import notifications
+    from sensorcep.settings import Settings
+
+    assert notifications.start_notifier(None, Settings(routes_file="")) is None, "nobody to tell: no query, no Spark"
+
+
+def test_a_pass_takes_its_transitions_in_event_time_order_with_their_labels_at_the_pass_time():
+    import pandas as pd
+
+    from sensorcep.pipeline.notifications import changes_of
+
+    rows = pd.DataFrame(
+        {
+            "incident_id": ["i2", None, "i1"],  # None: a heartbeat row
+            "rule_id": ["too_hot", None, "too_hot"],
+            "device_id": ["d2", None, "d1"],
+            "transition": ["acked", None, "opened"],
+            "at": pd.to_datetime(["2026-05-01 09:00:05", None, "2026-05-01 09:00:01"], utc=True),
+        }
+    )
+    site = {"d1": {"site": "plant"}}
+    labels = lambda rule, device: {"rule_id": rule, "device_id": device, **site.get(device, {})}  # noqa: E731
+    changes = changes_of(rows, labels, now=1_000.0)
+    assert [(c.incident.incident_id, c.transition, c.at) for c in changes] == [
+        ("i1", "opened", 1_000.0),
+        ("i2", "acked", 1_000.0),
+    ]
+    assert changes[0].incident.labels == {"rule_id": "too_hot", "device_id": "d1", "site": "plant"}

@@ -20,6 +20,7 @@ def test_every_query_is_declared_once_with_its_task_trigger_setting_and_pool():
         "alerts",
         "alert_lifecycle",
         "anomalies",
+        "notifier",
     ]
     assert {name: q.task for name, q in declared.items()} == {
         "ingest": "ingest",
@@ -29,6 +30,7 @@ def test_every_query_is_declared_once_with_its_task_trigger_setting_and_pool():
         "alerts": "alerts",
         "alert_lifecycle": "alert_records",
         "anomalies": "alert_records",
+        "notifier": "alert_records",
     }
     assert [name for name, q in declared.items() if q.trigger_setting == "alerts_trigger"] == ["alerts"]
     assert {q.pool for q in declared.values()} == {None, "sampling", "alerts"}

@@ -10,12 +10,28 @@ from __future__ import annotations
 from types import ModuleType
 
 from sensorcep.observability.health import trigger_interval_ms
-from sensorcep.pipeline import alert_lifecycle, alerts, device_activity, ingest, sampling, stateful_rules
+from sensorcep.pipeline import (
+    alert_lifecycle,
+    alerts,
+    device_activity,
+    ingest,
+    notifications,
+    sampling,
+    stateful_rules,
+)
 from sensorcep.pipeline.queries import TASK_ORDER, Query, UnknownQueryError
 from sensorcep.settings import Settings
 
 #: the pipeline modules that declare queries; a new query module is added here
-QUERY_MODULES: tuple[ModuleType, ...] = (ingest, sampling, device_activity, stateful_rules, alerts, alert_lifecycle)
+QUERY_MODULES: tuple[ModuleType, ...] = (
+    ingest,
+    sampling,
+    device_activity,
+    stateful_rules,
+    alerts,
+    alert_lifecycle,
+    notifications,
+)
 
 
 def registry() -> dict[str, Query]:

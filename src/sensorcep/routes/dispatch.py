@@ -9,9 +9,9 @@ about the incidents of the group still open ``after`` they opened: one message p
 once per level.
 
 :func:`step` is the whole logic, plain Python and deterministic: given the groups so far, the transitions since the
-last step and the time now, it returns the messages due and the groups after them (small, JSON-able). The query
-that runs it over ``alert_events`` is not built yet; :mod:`sensorcep.routes.notifier` sends what is due and makes the
-rows of the ``notifications`` ledger (docs/routes.md).
+last step and the time now, it returns the messages due and the groups after them (small, JSON-able).
+:mod:`sensorcep.routes.notifier` sends what is due and makes the rows of the ``notifications`` ledger; the notifier
+query (:mod:`sensorcep.pipeline.notifications`) runs it over ``alert_events`` (docs/routes.md).
 """
 
 from __future__ import annotations

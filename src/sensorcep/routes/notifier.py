@@ -11,8 +11,8 @@ returns the rows of the ``notifications`` ledger with the groups after the pass:
 
 The pass is deterministic: the same groups, transitions and time give the same rows and ids, so a pass replayed
 after a crash sends the same ids again (at least once, each retry with the same key) and its rows are written once
-by the micro-batch's idempotent append. The query of the always-on job that runs it over ``alert_events`` is not
-built yet (docs/routes.md).
+by the micro-batch's idempotent append. The always-on job's notifier query runs it over ``alert_events``
+(:mod:`sensorcep.pipeline.notifications`, docs/routes.md).
 """
 
 from __future__ import annotations
