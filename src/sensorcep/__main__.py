@@ -1,4 +1,4 @@
-"""Command line: ``python -m sensorcep jars|broker|simulate|run|summary|rules|routes|backtest|docs``."""
+"""Command line: ``python -m sensorcep jars|broker|simulate|run|summary|rules|routes|incidents|backtest|docs``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from sensorcep import config_docs
@@ -18,7 +18,7 @@ from sensorcep.local.session import jvm_console_to, serve_connect
 from sensorcep.local.summary import print_summary
 from sensorcep.observability.monitoring import stop_session
 from sensorcep.pipeline.backtest import backtest
-from sensorcep.routes import planning
+from sensorcep.routes import planning, silences
 from sensorcep.routes.model import load_routes
 from sensorcep.rules import catalog
 from sensorcep.rules.model import check_fields, load_rules
@@ -143,7 +143,44 @@ def cmd_rules(args) -> None:
         print(f"  {row['rule_id']:<28} v{row['rule_version']:<3} {state} {row['rule']}")
 
 
+def cmd_silences(args) -> None:
+    """routes silence / unsilence / silences: the silences table the notifier query reads (every rules_refresh)."""
+    settings, spark = env_settings(), get_spark()
+    if args.action == "silence":
+        made = silences.add(spark, settings, silences.parse_matchers(args.match or []), args.duration or "",
+                            args.author or "", args.comment or "")  # fmt: skip
+        print(f"✔ silence {made.silence_id}: {made.matchers} until {made.ends:%Y-%m-%d %H:%M} UTC ({made.author}: "
+              f"{made.comment}); the notifier reads it within {settings.rules_refresh}")  # fmt: skip
+        return
+    if args.action == "unsilence":
+        ended = silences.end(spark, settings, args.id or "", args.author or "")
+        print(f"✔ silence {ended.silence_id} ended at {ended.ends:%Y-%m-%d %H:%M} UTC")
+        return
+    now = datetime.now(timezone.utc)
+    found = silences.current(spark, settings)
+    print(f"{len(found)} silence(s):")
+    for silence in found:
+        state = "in force" if silence.starts <= now < silence.ends else "ended" if silence.ends <= now else "pending"
+        print(f"  {silence.silence_id}  {state:<8} {silence.matchers}  {silence.starts:%Y-%m-%d %H:%M} -> "
+              f"{silence.ends:%Y-%m-%d %H:%M} UTC  {silence.author}: {silence.comment}")  # fmt: skip
+
+
+def cmd_incidents(args) -> None:
+    """The incident page, served until Ctrl-C (on Databricks Apps: the port the platform gives)."""
+    import uvicorn  # noqa: PLC0415 - the app extra: only the incident page serves HTTP
+
+    from sensorcep.incidents import create_app  # noqa: PLC0415 - imports FastAPI (the app extra)
+
+    port = args.port or int(os.environ.get("DATABRICKS_APP_PORT", "8050"))
+    app = create_app(get_spark(), env_settings())
+    print(f"the incident page: http://{args.host}:{port}/ (Ctrl-C stops it)")
+    uvicorn.run(app, host=args.host, port=port, log_level="warning")
+
+
 def cmd_routes(args) -> None:
+    if args.action in ("silence", "unsilence", "silences"):
+        cmd_silences(args)
+        return
     routes = load_routes(args.file)
     if args.action == "check":
         print(f"✔ {args.file or 'the packaged routes'}: {len(routes.receivers)} receiver(s), {len(routes.inhibit)} "
@@ -257,13 +294,26 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--file", help="rules YAML (default: the rules_file setting, else the packaged rule set)")
     p.set_defaults(func=cmd_rules)
 
-    p = sub.add_parser("routes", help="incident routes: check a YAML file; test who would be paged, without sending")
-    p.add_argument("action", choices=["check", "test"])
+    p = sub.add_parser(
+        "routes",
+        help="incident routes: check a YAML file; test who would be paged, without sending; silences at run time",
+    )
+    p.add_argument("action", choices=["check", "test", "silence", "unsilence", "silences"])
     p.add_argument("--file", help="routes YAML (default: the packaged routes)")
     p.add_argument("--alerts", help="test: a JSON list of incidents' labels (rule_id, device_id, site, ...)")
     p.add_argument("--silences", help="test: a JSON list of silences (id, matchers, starts, ends, author, comment)")
     p.add_argument("--at", help="test: the moment to judge silences at (ISO-8601; default now)")
+    p.add_argument("--match", action="append", help="silence: label=value (repeatable; every one must match)")
+    p.add_argument("--for", dest="duration", help='silence: how long, e.g. "2 hours"')
+    p.add_argument("--author", help="silence, unsilence: who")
+    p.add_argument("--comment", help="silence: why")
+    p.add_argument("--id", help="unsilence: the silence's id (routes silences lists them)")
     p.set_defaults(func=cmd_routes)
+
+    p = sub.add_parser("incidents", help="the incident page: open incidents; ack, snooze and silence them")
+    p.add_argument("--host", default="127.0.0.1", help="default: loopback only")
+    p.add_argument("--port", type=int, help="default: $DATABRICKS_APP_PORT, else 8050")
+    p.set_defaults(func=cmd_incidents)
 
     p = sub.add_parser("backtest", help="what a candidate rule set would alert on over bronze, against anomalies")
     p.add_argument("--rules", required=True, help="the candidate rules YAML")

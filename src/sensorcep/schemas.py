@@ -140,6 +140,13 @@ DECLARED: tuple[TableSpec, ...] = (
         key=("batch_id",),
         written_by=("notifier",),
     ),
+    TableSpec(
+        "silences",
+        "silence_id string, matchers map<string, string>, starts timestamp, ends timestamp, author string, "
+        "comment string, written_at timestamp, written_by string",
+        key=("silence_id", "written_at"),
+        written_by=("routes silence",),
+    ),
     TableSpec("alert_rules", None, key=("rule_id",), written_by=("rules apply",)),
     TableSpec(
         "device_baselines",

@@ -141,6 +141,13 @@ class Settings:
             "locally the environment variables <SCOPE>_<NAME>"
         },
     )
+    incident_page_url: str = field(
+        default="",
+        metadata={
+            "doc": "where the incident page is served (python -m sensorcep incidents; on Databricks the app's URL): "
+            "every message links to its incidents there; empty: messages carry no link"
+        },
+    )
     rules_refresh: str = field(
         default="30 seconds",
         metadata={

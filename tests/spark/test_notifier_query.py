@@ -1,6 +1,7 @@
 """The notifier query (issue "Incidents reach people"): the lifecycle's transitions in ``alert_events`` reach the
 routes' receivers, grouped, once per notification id in the ``notifications`` ledger, even when a micro-batch is
-replayed after it sent; a receiver that fails is retried, then dead-lettered, and the query goes on. Against a real
+replayed after it sent; a receiver that fails is retried, then dead-lettered, and the query goes on; a silence
+created at run time mutes its incidents, each muted page a ledger row naming it. Against a real
 HTTP server on loopback (no network beyond it) and real Delta tables; each run is availableNow."""
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from support.streams import delta_frame
 from sensorcep.io.lake import Tables
 from sensorcep.pipeline import checkpoint_log, notifications
 from sensorcep.pipeline.alert_lifecycle import EVENT_COLUMNS
+from sensorcep.routes import silences
+from sensorcep.routes.planning import Incident
 from sensorcep.schemas import BY_NAME
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=timezone.utc)
@@ -98,3 +101,32 @@ def test_a_fifty_device_outage_is_one_message_a_replayed_pass_sends_the_same_id_
         assert len(again) == 2 and again[1][1]["Idempotency-Key"] == again[0][1]["Idempotency-Key"]
         ledger = delta_frame(settings.table_path("notifications"))
         assert len(ledger) == 2 and not ledger.notification_id.duplicated().any(), "the ledger holds each once"
+
+
+def test_a_silence_mutes_its_incidents_with_a_ledger_row_naming_it_and_once_ended_mutes_no_more(
+    spark, settings, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("NT_HOOK_HMAC", "s3cret")
+    with LoopbackReceiver() as receiver:
+        (tmp_path / "routes.yaml").write_text(ROUTES.format(url=receiver.url))
+        settings = settings.replace(routes_file=str(tmp_path / "routes.yaml"), routes_secret_scope="nt")
+        silence = silences.add(spark, settings, {"rule_id": "too_hot"}, "1 hour", "ann", "maintenance")
+        hot = [(f"h{n}", "too_hot", f"d{n}", "opened", n) for n in range(3)]
+        _transitions(spark, settings, [*hot, ("c1", "too_cold", "d9", "opened", 5)])
+
+        notifications.start_notifier(spark, settings)
+        notifications.start_notifier(spark, settings)  # after group_wait
+
+        (message,) = receiver.at("/team")
+        assert [i["incident_id"] for i in json.loads(message[2])["incidents"]] == ["c1"], "only the unsilenced one"
+        ledger = delta_frame(settings.table_path("notifications"))
+        muted = ledger[ledger.status == "suppressed"]
+        assert sorted(i for ids in muted.incident_ids for i in ids) == ["h0", "h1", "h2"]
+        assert all(f"silenced by {silence.silence_id}" in r and "ann: maintenance" in r for r in muted.reason)
+
+        ended = silences.end(spark, settings, silence.silence_id, by="bob")
+        (now_listed,) = silences.current(spark, settings)
+        assert now_listed == ended and ended.ends <= datetime.now(timezone.utc)
+        incident = Incident("h9", {"rule_id": "too_hot", "device_id": "d9"})
+        assert not now_listed.mutes(incident, datetime.now(timezone.utc)), "an ended silence mutes nothing"
+        assert silence.mutes(incident, silence.starts), "the same silence muted it while in force"

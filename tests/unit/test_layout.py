@@ -116,8 +116,10 @@ LAYERS = (
     "sensorcep.io",
     "sensorcep.observability",
     "sensorcep.rules",
+    "sensorcep.routes",
     "sensorcep.pipeline",
     "sensorcep.tuning",
+    "sensorcep.incidents",
     "sensorcep.local",
 )
 

@@ -167,3 +167,17 @@ def test_a_pass_takes_its_transitions_in_event_time_order_with_their_labels_at_t
         ("i2", "acked", 1_000.0),
     ]
     assert changes[0].incident.labels == {"rule_id": "too_hot", "device_id": "d1", "site": "plant"}
+
+
+def test_silence_matchers_that_are_not_label_value_pairs_of_known_labels_are_refused_naming_them():
+    import pytest
+
+    from sensorcep.routes.model import RoutesError
+    from sensorcep.routes.silences import parse_matchers
+
+    assert parse_matchers(["site=plant", "rule_id=too_hot"]) == {"site": "plant", "rule_id": "too_hot"}
+    for junk in (["site"], ["=plant"], ["colour=red"], ["site="]):
+        with pytest.raises(RoutesError, match=r"give label=value"):
+            parse_matchers(junk)
+    with pytest.raises(RoutesError, match="at least one matcher"):
+        parse_matchers([])

@@ -35,7 +35,7 @@ def declared() -> list[Requirement]:
     return [
         Requirement(r)
         for r in project["dependencies"]
-        + project["optional-dependencies"]["local"]
+        + [r for extra in project["optional-dependencies"].values() for r in extra]
         + PYPROJECT["dependency-groups"]["dev"]
     ]
 

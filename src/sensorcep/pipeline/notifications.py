@@ -37,14 +37,15 @@ from pyspark.sql import functions as F
 from sensorcep.io.lake import Tables
 from sensorcep.pipeline import queries
 from sensorcep.pipeline.streaming import create_tables, launch, writer_id
+from sensorcep.routes import silences
 from sensorcep.routes.delivery import Message, Outcome, deliver, scope_secrets
 from sensorcep.routes.dispatch import CLOSING, PAGING, Change
 from sensorcep.routes.model import RouteSet, load_routes
 from sensorcep.routes.notifier import notify
-from sensorcep.routes.planning import Incident
+from sensorcep.routes.planning import Incident, Silence
 from sensorcep.rules import catalog
 from sensorcep.schemas import BY_NAME
-from sensorcep.settings import Settings
+from sensorcep.settings import Settings, parse_duration
 
 QUERY = "notifier"
 #: the transitions a pass reads: those that page, and those that close an incident
@@ -121,6 +122,13 @@ class Passes:
     def __init__(self, settings: Settings, routes: RouteSet, labels, send: Callable[[Message], Outcome]):
         self.settings, self.routes, self.labels, self.send = settings, routes, labels, send
         self.last: tuple[int, dict] | None = None  # (batch id, groups after it)
+        self.silenced: tuple[float, list[Silence]] | None = None  # (when read, the silences then)
+
+    def silences_now(self, spark: SparkSession, now: float) -> list[Silence]:
+        """The ``silences`` table, read again every ``rules_refresh`` of pass time (a new silence counts within it)."""
+        if self.silenced is None or now - self.silenced[0] >= parse_duration(self.settings.rules_refresh):
+            self.silenced = (now, silences.current(spark, self.settings))
+        return self.silenced[1]
 
     def groups_before(self, lake: Tables, batch_id: int) -> dict:
         """The groups after the last batch before ``batch_id`` that changed them (none: no group yet)."""
@@ -139,7 +147,9 @@ class Passes:
             return
         now = pd.Timestamp(rows.pass_at.max()).timestamp()
         groups = self.groups_before(lake, batch_id)
-        ledger, after = notify(self.routes, groups, changes_of(rows, self.labels, now), now, self.send)
+        changes = changes_of(rows, self.labels, now)
+        muting = self.silences_now(batch.sparkSession, now)
+        ledger, after = notify(self.routes, groups, changes, now, self.send, muting, self.settings.incident_page_url)
         writer = writer_id(self.settings, QUERY)
         if ledger:
             lake.append_batch(ledger_frame(batch.sparkSession, ledger, batch_id), "notifications", writer, batch_id)

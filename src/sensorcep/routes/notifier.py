@@ -61,6 +61,15 @@ def message(due: Due, groups: dict, link: str | None = None) -> Message:
     )
 
 
+def page_link(page_url: str, incidents: tuple[str, ...]) -> str | None:
+    """Where a message's reader acks: the incident's page, or the open incidents for a group of several; None without
+    an incident page (``incident_page_url``)."""
+    if not page_url:
+        return None
+    base = page_url.rstrip("/")
+    return f"{base}/incidents/{incidents[0]}" if len(incidents) == 1 else f"{base}/"
+
+
 def _rank(severity: str) -> int:
     return {"info": 0, "warning": 1, "critical": 2}.get(severity, 1)
 
@@ -72,6 +81,7 @@ def notify(
     now: float,
     send: Callable[[Message], Outcome],
     silences=(),
+    page_url: str = "",
 ) -> tuple[list[dict], dict]:
     """Apply ``changes``, send what is due at ``now`` (seconds) through ``send``, and return the ledger rows and the
     groups after the pass. A message that ``send`` dead-letters is recorded as such; the pass goes on."""
@@ -80,7 +90,7 @@ def notify(
     at = datetime.fromtimestamp(now, timezone.utc)
     rows = []
     for each in due:
-        outcome = send(message(each, groups))
+        outcome = send(message(each, groups, page_link(page_url, each.incidents)))
         rows.append(
             {
                 "notification_id": each.message_id,
