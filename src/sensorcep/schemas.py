@@ -135,12 +135,6 @@ DECLARED: tuple[TableSpec, ...] = (
         written_by=("notifier",),
     ),
     TableSpec(
-        "notifier_state",
-        "batch_id long, groups string, pass_at timestamp",
-        key=("batch_id",),
-        written_by=("notifier",),
-    ),
-    TableSpec(
         "silences",
         "silence_id string, matchers map<string, string>, starts timestamp, ends timestamp, author string, "
         "comment string, written_at timestamp, written_by string",

@@ -145,26 +145,29 @@ def test_without_a_routes_file_the_notifier_query_does_not_start():
     assert notifications.start_notifier(None, Settings(routes_file="")) is None, "nobody to tell: no query, no Spark"
 
 
-def test_a_pass_takes_its_transitions_in_event_time_order_with_their_labels_at_the_pass_time():
+def test_a_pass_takes_its_transitions_in_event_time_order_with_their_labels_at_their_own_time_at_most_the_pass():
     import pandas as pd
 
     from sensorcep.pipeline.notifications import changes_of
 
     rows = pd.DataFrame(
         {
-            "incident_id": ["i2", None, "i1"],  # None: a heartbeat row
-            "rule_id": ["too_hot", None, "too_hot"],
-            "device_id": ["d2", None, "d1"],
-            "transition": ["acked", None, "opened"],
-            "at": pd.to_datetime(["2026-05-01 09:00:05", None, "2026-05-01 09:00:01"], utc=True),
+            "incident_id": ["i2", None, "i1", "i3"],  # None: a heartbeat row
+            "rule_id": ["too_hot", None, "too_hot", "too_hot"],
+            "device_id": ["d2", None, "d1", "d3"],
+            "transition": ["acked", None, "opened", "opened"],
+            "at": pd.to_datetime(
+                ["1970-01-01 00:16:45", None, "1970-01-01 00:16:41", "1970-01-01 01:00:00"], utc=True
+            ),  # 1,005 s, 1,001 s, and 3,600 s: ahead of the pass
         }
     )
     site = {"d1": {"site": "plant"}}
     labels = lambda rule, device: {"rule_id": rule, "device_id": device, **site.get(device, {})}  # noqa: E731
-    changes = changes_of(rows, labels, now=1_000.0)
+    changes = changes_of(rows, labels, now=1_010.0)
     assert [(c.incident.incident_id, c.transition, c.at) for c in changes] == [
-        ("i1", "opened", 1_000.0),
-        ("i2", "acked", 1_000.0),
+        ("i1", "opened", 1_001.0),
+        ("i2", "acked", 1_005.0),
+        ("i3", "opened", 1_010.0),  # a clock ahead of the pass joins at the pass' time
     ]
     assert changes[0].incident.labels == {"rule_id": "too_hot", "device_id": "d1", "site": "plant"}
 

@@ -6,14 +6,18 @@ one row a second), so a pass runs at every trigger even while no incident change
 ``group_wait`` after its first incident whether or not anything else happens. Each micro-batch is one pass of
 :func:`sensorcep.routes.notifier.notify` at the batch's own time (Spark's batch timestamp, which the checkpoint's
 offset log keeps: a replayed batch passes at the same time). Paging transitions (``opened``, ``escalated``) join
-groups at that time, closing ones (``acked``, ``resolved``) leave them, what is due is sent (retries, then a dead
-letter: a receiver that is down never stops the query) and every message and muted page becomes a row.
+groups at their own time (the lifecycle's event time, or the pass' time if that is earlier), so ``group_wait`` counts
+from when the incident opened and a group already past it is told in the same pass; closing ones (``acked``,
+``resolved``) leave them; what is due is sent (retries, then a dead letter: a receiver that is down never stops the
+query) and every message and muted page becomes a row.
 
 What is exactly once and what is at least once:
 
-* the groups after each pass are a row of ``notifier_state``, appended with the ledger's rows, each exactly once per
-  batch (Delta's ``txnAppId``/``txnVersion``); a pass starts from the groups of the batch before it, so a replayed
-  batch makes the same messages, with the same ids, and the ledger holds each once;
+* the ledger's rows are appended exactly once per batch (Delta's ``txnAppId``/``txnVersion``); the groups after each
+  pass are a small JSON file in the query's checkpoint (``groups/<batch id>.json``, written whole or not at all), and
+  a pass starts from the groups of the batch before it, so a replayed batch makes the same messages, with the same
+  ids, and the ledger holds each once (a Delta table for the groups cost a second commit, ~1.5 s, every pass:
+  ``benchmarks/notifier_latency.py``);
 * a message is sent at least once: a crash between sending and the ledger's append replays the batch, which sends it
   again with the same notification id, the receivers' idempotency key (the webhook's ``Idempotency-Key``,
   PagerDuty's ``dedup_key``).
@@ -27,8 +31,8 @@ file: with no routes nobody is told, and nothing runs (docs/routes.md).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
-from datetime import datetime, timezone
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
@@ -101,13 +105,19 @@ def label_source(spark: SparkSession, settings: Settings) -> Callable[[str, str]
 
 
 def changes_of(rows: pd.DataFrame, labels: Callable[[str, str], dict[str, str]], now: float) -> list[Change]:
-    """The pass' transitions as the dispatcher takes them: in event-time order, each at the pass' time (when the
-    notifier learns of it: Alertmanager's clock, so ``group_wait`` counts from then)."""
+    """The pass' transitions as the dispatcher takes them, in event-time order, each at its own time (the lifecycle's
+    event time: ``group_wait`` counts from when the incident opened, not from when the notifier read it), or at the
+    pass' time when that is earlier (a clock ahead must not hold a page back)."""
     transitions = rows[rows.incident_id.notna()].sort_values(["at", "incident_id", "transition"])
     return [
-        Change(Incident(r.incident_id, labels(r.rule_id, r.device_id)), r.transition, now)
+        Change(Incident(r.incident_id, labels(r.rule_id, r.device_id)), r.transition, min(_seconds(r.at), now))
         for r in transitions.itertuples(index=False)
     ]
+
+
+def _seconds(at) -> float:
+    moment = pd.Timestamp(at)
+    return (moment if moment.tzinfo else moment.tz_localize("UTC")).timestamp()
 
 
 def ledger_frame(spark: SparkSession, rows: list[dict], batch_id: int) -> DataFrame:
@@ -115,12 +125,19 @@ def ledger_frame(spark: SparkSession, rows: list[dict], batch_id: int) -> DataFr
     return spark.createDataFrame([{**row, "batch_id": batch_id} for row in rows], BY_NAME["notifications"].columns)
 
 
+#: the groups after each pass, beside Spark's files in the query's checkpoint: ``<checkpoint>/groups/<batch id>.json``
+GROUPS_FOLDER = "groups"
+#: how many passes' groups are kept (a replay needs only the batch before it)
+GROUPS_KEPT = 10
+
+
 class Passes:
-    """foreachBatch: one notifier pass per micro-batch, its groups kept in ``notifier_state`` (and in memory between
-    batches of one run)."""
+    """foreachBatch: one notifier pass per micro-batch. The groups after a pass that changed them are a file in the
+    query's checkpoint (:data:`GROUPS_FOLDER`), kept in memory too between batches of one run."""
 
     def __init__(self, settings: Settings, routes: RouteSet, labels, send: Callable[[Message], Outcome]):
         self.settings, self.routes, self.labels, self.send = settings, routes, labels, send
+        self.folder = os.path.join(settings.checkpoint_path(QUERY), GROUPS_FOLDER)
         self.last: tuple[int, dict] | None = None  # (batch id, groups after it)
         self.silenced: tuple[float, list[Silence]] | None = None  # (when read, the silences then)
 
@@ -130,35 +147,46 @@ class Passes:
             self.silenced = (now, silences.current(spark, self.settings))
         return self.silenced[1]
 
-    def groups_before(self, lake: Tables, batch_id: int) -> dict:
-        """The groups after the last batch before ``batch_id`` that changed them (none: no group yet)."""
+    def _saved(self) -> list[int]:
+        names = os.listdir(self.folder) if os.path.isdir(self.folder) else []
+        return sorted(int(name.removesuffix(".json")) for name in names if name.removesuffix(".json").isdigit())
+
+    def groups_before(self, batch_id: int) -> dict:
+        """The groups after the last batch before ``batch_id`` that changed them (none: no group yet). A replayed
+        batch starts where it started the first time: its own file, if it got that far, is not read."""
         if self.last is not None and self.last[0] == batch_id - 1:
             return self.last[1]
-        if not lake.exists("notifier_state"):
+        before = [b for b in self._saved() if b < batch_id]
+        if not before:
             return {}
-        before = lake.read("notifier_state").where(F.col("batch_id") < batch_id)
-        latest = before.orderBy(F.col("batch_id").desc()).select("groups").limit(1).collect()
-        return json.loads(latest[0]["groups"]) if latest else {}
+        with open(os.path.join(self.folder, f"{before[-1]}.json")) as handle:
+            return json.load(handle)
+
+    def save(self, batch_id: int, groups: dict) -> None:
+        """The groups after ``batch_id``, written whole or not at all (a temporary file, then renamed)."""
+        os.makedirs(self.folder, exist_ok=True)
+        path = os.path.join(self.folder, f"{batch_id}.json")
+        with open(f"{path}.tmp", "w") as handle:
+            json.dump(groups, handle, sort_keys=True)
+        os.replace(f"{path}.tmp", path)
+        for old in self._saved()[:-GROUPS_KEPT]:
+            os.remove(os.path.join(self.folder, f"{old}.json"))
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        lake = Tables(batch.sparkSession, self.settings)
         rows = batch.toPandas()
         if rows.empty:
             return
         now = pd.Timestamp(rows.pass_at.max()).timestamp()
-        groups = self.groups_before(lake, batch_id)
+        groups = self.groups_before(batch_id)
         changes = changes_of(rows, self.labels, now)
         muting = self.silences_now(batch.sparkSession, now)
         ledger, after = notify(self.routes, groups, changes, now, self.send, muting, self.settings.incident_page_url)
-        writer = writer_id(self.settings, QUERY)
         if ledger:
-            lake.append_batch(ledger_frame(batch.sparkSession, ledger, batch_id), "notifications", writer, batch_id)
+            lake = Tables(batch.sparkSession, self.settings)
+            rows = ledger_frame(batch.sparkSession, ledger, batch_id)
+            lake.append_batch(rows, "notifications", writer_id(self.settings, QUERY), batch_id, cache=False)
         if after != groups:
-            state = batch.sparkSession.createDataFrame(
-                [(batch_id, json.dumps(after, sort_keys=True), datetime.fromtimestamp(now, timezone.utc))],
-                BY_NAME["notifier_state"].columns,
-            )
-            lake.append_batch(state, "notifier_state", f"{writer}:state", batch_id, cache=False)
+            self.save(batch_id, after)
         self.last = (batch_id, after)
 
 
@@ -168,7 +196,7 @@ def sender(routes: RouteSet, settings: Settings) -> Callable[[Message], Outcome]
     return lambda msg: deliver(routes.receiver(msg.receiver), msg, secrets)
 
 
-@queries.declare(QUERY, task="alert_records", writes="notifications, notifier_state", pool="alerts")
+@queries.declare(QUERY, task="alert_records", writes="notifications", pool="alerts")
 def start_notifier(spark: SparkSession, settings: Settings, *, wait: bool = True):
     """``alert_events`` -> the routes' receivers and ``notifications`` (micro-batches, ``trigger``); None when
     ``routes_file`` is empty (nobody to tell)."""

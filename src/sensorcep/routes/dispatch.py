@@ -87,7 +87,10 @@ def step(
         if change.transition not in PAGING:
             continue
         open_now = [Incident(i, labels) for g in groups.values() for i, labels in g["incidents"].items()]
-        planned = plan(route_set, [incident], silences, datetime.fromtimestamp(change.at, timezone.utc), open_now)
+        # silences are judged when the page would go out (the pass), not at the transition's own time
+        planned = plan(
+            route_set, [incident], silences, datetime.fromtimestamp(max(change.at, now), timezone.utc), open_now
+        )
         if muted is not None:
             muted += [(change, reason) for _, reason in planned.muted]
         for group_plan in planned.groups:
