@@ -80,6 +80,8 @@ def create_app(spark: SparkSession, settings: Settings) -> FastAPI:
     app = FastAPI(title="sensor-cep incidents")
 
     def incidents() -> pd.DataFrame:
+        if not Tables(spark, settings).exists("alert_events"):  # the lifecycle has not run yet: nothing is open
+            return pd.DataFrame(columns=["incident_id", "rule_id", "device_id", "state", "alerts", "opened_at"])
         found = open_alerts(spark, settings)
         if found.empty:
             return found
@@ -116,6 +118,8 @@ def create_app(spark: SparkSession, settings: Settings) -> FastAPI:
 
     @app.get("/incidents/{incident_id}", response_class=HTMLResponse)
     def detail(incident_id: str) -> HTMLResponse:
+        if not Tables(spark, settings).exists("alert_events"):
+            raise HTTPException(404, f"no incident {incident_id}: the lifecycle has recorded none yet")
         events = Tables(spark, settings).read("alert_events").where(F.col("incident_id") == incident_id)
         steps = events.orderBy("at", "event_id").select("at", "transition", "state", "alerts", "actor").toPandas()
         if steps.empty:

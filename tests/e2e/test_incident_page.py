@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import urllib.error
+import urllib.request
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
+import pytest
 from playwright.sync_api import sync_playwright
 from support.streams import delta_frame
 from support.web import served
@@ -70,3 +73,12 @@ def test_an_incident_acked_on_the_page_is_acked_by_that_person_in_alert_events_a
     assert "escalated" not in set(mine.transition), "acked on the page before its deadline: it must not escalate"
     unacked = events[events.device_id == "pump-8"]
     assert "escalated" in set(unacked.transition), "the incident nobody acked escalated: the deadlines did pass"
+
+
+def test_before_the_lifecycle_has_run_the_page_says_nothing_is_open_and_an_unknown_incident_is_a_404(spark, settings):
+    with served(incidents.create_app(spark, settings)) as url:
+        with urllib.request.urlopen(url) as page:
+            assert "0 open incident(s)" in page.read().decode()
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"{url}/incidents/nope")
+        assert missing.value.code == 404
