@@ -40,6 +40,7 @@ from pyspark.sql import functions as F
 
 from sensorcep.io.lake import Tables
 from sensorcep.pipeline import queries
+from sensorcep.pipeline.ingest import load_devices
 from sensorcep.pipeline.streaming import create_tables, launch, writer_id
 from sensorcep.routes import silences
 from sensorcep.routes.delivery import Message, Outcome, deliver, scope_secrets
@@ -84,10 +85,9 @@ def notifier_input(spark: SparkSession, settings: Settings) -> DataFrame:
 def label_source(spark: SparkSession, settings: Settings) -> Callable[[str, str], dict[str, str]]:
     """labels(rule_id, device_id): an incident's routing labels (:data:`sensorcep.routes.model.LABELS`)."""
     severity = {rule.id: rule.rule.level for rule in catalog.rules_in_force(spark, settings)}
-    lake = Tables(spark, settings)
     devices: dict[str, dict[str, str]] = {}
-    if lake.exists("devices"):
-        frame = lake.read("devices")
+    frame = load_devices(spark, settings)
+    if frame is not None:
         wanted = [c for c in ("site", "sensor_type") if c in frame.columns]
         if wanted:
             for row in frame.select("device_id", *wanted).collect():
