@@ -169,14 +169,19 @@ def main() -> None:
             f"notifier: {len(batches)} batches, p50 {percentile(batches, 50):.0f} ms, max {max(batches, default=0)} ms"
         )
         stop_queries(spark, [notifier])
+        notifications.flush_ledger(settings)  # the ledger is appended behind the passes
+        ledger = Tables(spark, settings).read("notifications").where("status = 'delivered'")
+        told = {i for row in ledger.select("incident_ids").collect() for i in row.incident_ids}
         stop_session(spark)  # its progress listener writes under the scratch folder
-        rows.append({"query": "notifier (to the receiver)", **latencies(receiver.at, committed)})
+        arrived = latencies(receiver.at, committed)
+        rows.append({"query": "notifier (to the receiver)", **arrived, "in the ledger": len(told & set(committed))})
 
     target = args.trigger + 1.0 + GROUP_WAIT_S
     print(f"{args.per_minute:,} incidents/min for {args.seconds:g} s, trigger {args.trigger:g} s, group_wait 1 s")
     for row in rows:
         print(f"  {row['query']:<28} p50 {row['p50 (s)']:.2f} s  p99 {row['p99 (s)']:.2f} s  max {row['max (s)']:.2f} s"
-              f"  ({row['arrived']:,} of {row['written']:,})")  # fmt: skip
+              f"  ({row['arrived']:,} of {row['written']:,}"
+              + (f", {row['in the ledger']:,} in the ledger" if "in the ledger" in row else "") + ")")  # fmt: skip
     for row in rows:
         name = row["query"].split(" ")[0]
         figures[f"{name} (p50 s)"], figures[f"{name} (p99 s)"] = row["p50 (s)"], row["p99 (s)"]

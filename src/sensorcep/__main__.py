@@ -18,6 +18,7 @@ from sensorcep.local.session import jvm_console_to, serve_connect
 from sensorcep.local.summary import print_summary
 from sensorcep.observability.monitoring import stop_session
 from sensorcep.pipeline.backtest import backtest
+from sensorcep.routes import catalog as routes_catalog
 from sensorcep.routes import planning, silences
 from sensorcep.routes.model import load_routes
 from sensorcep.rules import catalog
@@ -177,9 +178,33 @@ def cmd_incidents(args) -> None:
     uvicorn.run(app, host=args.host, port=port, log_level="warning")
 
 
+def cmd_routes_table(args) -> None:
+    """routes publish / history: the routes table the notifier sends by (a new version restarts it)."""
+    settings, spark = env_settings(), get_spark()
+    if args.action == "publish":
+        path = args.file or settings.routes_file
+        if not path:
+            raise SystemExit("routes publish needs --file routes.yaml (or the routes_file setting)")
+        version = routes_catalog.publish(spark, settings, load_routes(path), args.author or "", path)
+        if version is None:
+            print(f"the routes in force are already those of {path}: nothing published")
+            return
+        print(f"✔ routes version {version} published from {path}; the always-on job's notifier takes it within "
+              f"{settings.rules_refresh}")  # fmt: skip
+        return
+    held = routes_catalog.versions(spark, settings)
+    print(f"routes ({len(held)} version(s), the last in force):")
+    for row in held:
+        when = f"{row['published_at']:%Y-%m-%d %H:%M} UTC"
+        print(f"  v{row['version']:<3} {when}  {row['published_by']:<16} {row['source']}")
+
+
 def cmd_routes(args) -> None:
     if args.action in ("silence", "unsilence", "silences"):
         cmd_silences(args)
+        return
+    if args.action in ("publish", "history"):
+        cmd_routes_table(args)
         return
     routes = load_routes(args.file)
     if args.action == "check":
@@ -296,16 +321,17 @@ def main(argv: list[str] | None = None) -> None:
 
     p = sub.add_parser(
         "routes",
-        help="incident routes: check a YAML file; test who would be paged, without sending; silences at run time",
+        help="incident routes: check a YAML file; test who would be paged, without sending; publish a version to the "
+        "routes table, its history; silences at run time",
     )
-    p.add_argument("action", choices=["check", "test", "silence", "unsilence", "silences"])
+    p.add_argument("action", choices=["check", "test", "publish", "history", "silence", "unsilence", "silences"])
     p.add_argument("--file", help="routes YAML (default: the packaged routes)")
     p.add_argument("--alerts", help="test: a JSON list of incidents' labels (rule_id, device_id, site, ...)")
     p.add_argument("--silences", help="test: a JSON list of silences (id, matchers, starts, ends, author, comment)")
     p.add_argument("--at", help="test: the moment to judge silences at (ISO-8601; default now)")
     p.add_argument("--match", action="append", help="silence: label=value (repeatable; every one must match)")
     p.add_argument("--for", dest="duration", help='silence: how long, e.g. "2 hours"')
-    p.add_argument("--author", help="silence, unsilence: who")
+    p.add_argument("--author", help="publish, silence, unsilence: who")
     p.add_argument("--comment", help="silence: why")
     p.add_argument("--id", help="unsilence: the silence's id (routes silences lists them)")
     p.set_defaults(func=cmd_routes)

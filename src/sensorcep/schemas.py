@@ -143,6 +143,12 @@ DECLARED: tuple[TableSpec, ...] = (
     ),
     TableSpec("alert_rules", None, key=("rule_id",), written_by=("rules apply",)),
     TableSpec(
+        "routes",
+        "version int, spec string, source string, published_by string, published_at timestamp",
+        key=("version",),
+        written_by=("routes publish",),
+    ),
+    TableSpec(
         "device_baselines",
         "device_id string, rule_id string, rule_version int, events long, mean double, spread double, "
         "as_of timestamp, batch_id long",

@@ -130,8 +130,9 @@ class Settings:
     routes_file: str = field(
         default="",
         metadata={
-            "doc": "YAML routes (docs/routes.md) the notifier query tells the receivers by; empty: nobody is told and "
-            "the notifier does not run"
+            "doc": "YAML routes (docs/routes.md) that seed the routes table the notifier query tells the receivers by "
+            "(python -m sensorcep routes publish --file F adds a version); empty: nobody is told and the notifier "
+            "does not run"
         },
     )
     routes_secret_scope: str = field(

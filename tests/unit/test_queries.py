@@ -35,9 +35,13 @@ def test_every_query_is_declared_once_with_its_task_trigger_setting_and_pool():
     assert [name for name, q in declared.items() if q.trigger_setting == "alerts_trigger"] == ["alerts"]
     assert {q.pool for q in declared.values()} == {None, "sampling", "alerts"}
     assert all(q.start.__name__.startswith("start_") for q in declared.values())
-    assert [name for name, q in declared.items() if q.reload_when] == ["stateful_rules", "alerts", "alert_lifecycle"], (
-        "rules"
-    )
+    reloads = {name: q.reload_when.__module__ for name, q in declared.items() if q.reload_when}
+    assert reloads == {
+        "stateful_rules": "sensorcep.rules.catalog",
+        "alerts": "sensorcep.rules.catalog",
+        "alert_lifecycle": "sensorcep.rules.catalog",
+        "notifier": "sensorcep.routes.catalog",
+    }, "restarted when the rules, or the routes, change"
 
 
 def test_the_always_on_job_and_the_bundle_run_the_registry_tasks():

@@ -13,26 +13,33 @@ query) and every message and muted page becomes a row.
 
 What is exactly once and what is at least once:
 
-* the ledger's rows are appended exactly once per batch (Delta's ``txnAppId``/``txnVersion``); the groups after each
-  pass are a small JSON file in the query's checkpoint (``groups/<batch id>.json``, written whole or not at all), and
-  a pass starts from the groups of the batch before it, so a replayed batch makes the same messages, with the same
-  ids, and the ledger holds each once (a Delta table for the groups cost a second commit, ~1.5 s, every pass:
-  ``benchmarks/notifier_latency.py``);
+* the groups after each pass, and the ledger rows not yet in ``notifications``, are a small JSON file in the query's
+  checkpoint (``groups/<batch id>.json``, written whole or not at all); a pass starts from the file of the batch
+  before it, so a replayed batch makes the same messages, with the same ids;
+* the ledger's rows are appended exactly once (Delta's ``txnAppId``/``txnVersion``, the version the last batch whose
+  rows a commit holds). With an interval trigger the append runs behind the passes (:class:`Ledger`, one thread, in
+  batch order, several passes' rows in one commit when it falls behind): a pass does not wait ~1.5 s for a Delta
+  commit before the next can send (``benchmarks/notifier_latency.py``). Rows whose append had not committed when the
+  job stopped or died are in the last file, and the next run's first pass appends them again under their own
+  versions, which Delta skips for those that did commit. A run to the end (``availableNow``) appends in the pass;
 * a message is sent at least once: a crash between sending and the ledger's append replays the batch, which sends it
   again with the same notification id, the receivers' idempotency key (the webhook's ``Idempotency-Key``,
   PagerDuty's ``dedup_key``).
 
 Labels: ``rule_id`` and ``device_id`` from the transition, ``severity`` from the rule in force (``warning`` when it
-does not say), ``site`` and ``sensor_type`` from the ``devices`` table when there is one. The routes, the rules'
-severities and the devices are read when the query starts. The query runs only when ``routes_file`` names a routes
-file: with no routes nobody is told, and nothing runs (docs/routes.md).
+does not say), ``site`` and ``sensor_type`` from the ``devices`` table when there is one. The routes (the ``routes``
+table's version in force, :mod:`sensorcep.routes.catalog`), the rules' severities and the devices are read when the
+query starts; the always-on job restarts it when a new version of the routes is published. The query runs only
+when ``routes_file`` names a routes file: with no routes nobody is told, and nothing runs (docs/routes.md).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable
+from datetime import datetime
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
@@ -42,10 +49,11 @@ from sensorcep.io.lake import Tables
 from sensorcep.pipeline import queries
 from sensorcep.pipeline.ingest import load_devices
 from sensorcep.pipeline.streaming import create_tables, launch, writer_id
+from sensorcep.routes import catalog as routes_catalog
 from sensorcep.routes import silences
 from sensorcep.routes.delivery import Message, Outcome, deliver, scope_secrets
 from sensorcep.routes.dispatch import CLOSING, PAGING, Change
-from sensorcep.routes.model import RouteSet, load_routes
+from sensorcep.routes.model import RouteSet
 from sensorcep.routes.notifier import notify
 from sensorcep.routes.planning import Incident, Silence
 from sensorcep.rules import catalog
@@ -120,9 +128,86 @@ def _seconds(at) -> float:
     return (moment if moment.tzinfo else moment.tz_localize("UTC")).timestamp()
 
 
-def ledger_frame(spark: SparkSession, rows: list[dict], batch_id: int) -> DataFrame:
-    """Ledger rows (:func:`sensorcep.routes.notifier.notify`'s) -> a DataFrame of ``notifications``' columns."""
-    return spark.createDataFrame([{**row, "batch_id": batch_id} for row in rows], BY_NAME["notifications"].columns)
+def ledger_frame(spark: SparkSession, entries: list[tuple[int, list[dict]]]) -> DataFrame:
+    """Ledger rows of passes ((batch id, :func:`sensorcep.routes.notifier.notify`'s rows)) -> a DataFrame of
+    ``notifications``' columns."""
+    rows = [{**row, "batch_id": batch_id} for batch_id, each in entries for row in each]
+    return spark.createDataFrame(rows, BY_NAME["notifications"].columns)
+
+
+class Ledger:
+    """The ``notifications`` appends of one run: each pass' rows, in batch order, exactly once.
+
+    ``deferred``: appended by a thread of its own while the next passes run (several passes' rows in one commit, its
+    ``txnVersion`` the last batch's); otherwise in the pass. :meth:`unwritten` is what the pass' groups file keeps
+    until the append commits; :meth:`recover` appends what a stopped or dead run left unwritten. A failed deferred
+    append fails the next pass (its rows are in the groups file: the restarted query appends them)."""
+
+    def __init__(self, settings: Settings, deferred: bool):
+        self.settings, self.deferred = settings, deferred
+        self.lock = threading.Condition()
+        self.pending: list[tuple[int, list[dict]]] = []  # not yet committed, in batch order
+        self.busy = False  # an append is running
+        self.failed: BaseException | None = None
+
+    def unwritten(self) -> list[tuple[int, list[dict]]]:
+        with self.lock:
+            return list(self.pending)
+
+    def add(self, spark: SparkSession, batch_id: int, rows: list[dict]) -> None:
+        """The pass' rows: appended now, or queued for the thread."""
+        with self.lock:
+            if self.failed is not None:
+                failed, self.failed = self.failed, None
+                raise RuntimeError("the notifications ledger's last append failed; its rows are kept") from failed
+            if rows:
+                self.pending.append((batch_id, rows))
+            start = self.deferred and self.pending and not self.busy
+            if start:
+                self.busy = True
+        if not self.deferred:
+            self._append_pending(spark)
+        elif start:
+            threading.Thread(target=self._drain, args=(spark,), name="notifications-ledger", daemon=True).start()
+
+    def _drain(self, spark: SparkSession) -> None:
+        try:
+            while self._append_pending(spark):
+                pass
+        except BaseException as error:  # handed to the next pass, which fails the query
+            with self.lock:
+                self.failed = error
+        finally:
+            with self.lock:
+                self.busy = False
+                self.lock.notify_all()
+
+    def _append_pending(self, spark: SparkSession) -> bool:
+        """One commit of every row pending now; False when there was none."""
+        entries = self.unwritten()
+        if not entries:
+            return False
+        Tables(spark, self.settings).append_batch(
+            ledger_frame(spark, entries), "notifications", writer_id(self.settings, QUERY), entries[-1][0], cache=False
+        )
+        with self.lock:
+            del self.pending[: len(entries)]
+        return True
+
+    def flush(self, timeout_s: float = 60.0) -> None:
+        """Until every row handed over is in the table (or the last append failed)."""
+        with self.lock:
+            self.lock.wait_for(lambda: not self.busy, timeout=timeout_s)
+
+    def recover(self, spark: SparkSession, left: list[tuple[int, list[dict]]]) -> None:
+        """Append the rows a previous run left unwritten (its last groups file) that the table does not hold: each
+        pass' rows under its own ``txnVersion``, in order, so Delta skips those an append of that run committed
+        (which held every row before its version too)."""
+        known = {b for b, _ in self.unwritten()}  # queued in this process: the thread appends them
+        lake, writer = Tables(spark, self.settings), writer_id(self.settings, QUERY)
+        for batch_id, rows in left:
+            if batch_id not in known:
+                lake.append_batch(ledger_frame(spark, [(batch_id, rows)]), "notifications", writer, batch_id)
 
 
 #: the groups after each pass, beside Spark's files in the query's checkpoint: ``<checkpoint>/groups/<batch id>.json``
@@ -131,12 +216,23 @@ GROUPS_FOLDER = "groups"
 GROUPS_KEPT = 10
 
 
-class Passes:
-    """foreachBatch: one notifier pass per micro-batch. The groups after a pass that changed them are a file in the
-    query's checkpoint (:data:`GROUPS_FOLDER`), kept in memory too between batches of one run."""
+def _to_json(entries: list[tuple[int, list[dict]]]) -> list:
+    return [[b, [{**row, "at": row["at"].isoformat()} for row in rows]] for b, rows in entries]
 
-    def __init__(self, settings: Settings, routes: RouteSet, labels, send: Callable[[Message], Outcome]):
-        self.settings, self.routes, self.labels, self.send = settings, routes, labels, send
+
+def _from_json(entries: list) -> list[tuple[int, list[dict]]]:
+    return [(b, [{**row, "at": datetime.fromisoformat(row["at"])} for row in rows]) for b, rows in entries]
+
+
+class Passes:
+    """foreachBatch: one notifier pass per micro-batch. The groups after a pass that changed them (and the ledger
+    rows not yet appended) are a file in the query's checkpoint (:data:`GROUPS_FOLDER`), kept in memory too between
+    batches of one run."""
+
+    def __init__(
+        self, settings: Settings, routes: RouteSet, labels, send: Callable[[Message], Outcome], ledger: Ledger
+    ):
+        self.settings, self.routes, self.labels, self.send, self.ledger = settings, routes, labels, send, ledger
         self.folder = os.path.join(settings.checkpoint_path(QUERY), GROUPS_FOLDER)
         self.last: tuple[int, dict] | None = None  # (batch id, groups after it)
         self.silenced: tuple[float, list[Silence]] | None = None  # (when read, the silences then)
@@ -151,23 +247,24 @@ class Passes:
         names = os.listdir(self.folder) if os.path.isdir(self.folder) else []
         return sorted(int(name.removesuffix(".json")) for name in names if name.removesuffix(".json").isdigit())
 
-    def groups_before(self, batch_id: int) -> dict:
-        """The groups after the last batch before ``batch_id`` that changed them (none: no group yet). A replayed
-        batch starts where it started the first time: its own file, if it got that far, is not read."""
-        if self.last is not None and self.last[0] == batch_id - 1:
-            return self.last[1]
+    def state_before(self, batch_id: int) -> tuple[dict, list[tuple[int, list[dict]]]]:
+        """The groups after the last batch before ``batch_id`` that saved them (none: no group yet), and the ledger
+        rows then unwritten. A replayed batch starts where it started the first time: its own file, if it got that
+        far, is not read."""
         before = [b for b in self._saved() if b < batch_id]
         if not before:
-            return {}
+            return {}, []
         with open(os.path.join(self.folder, f"{before[-1]}.json")) as handle:
-            return json.load(handle)
+            saved = json.load(handle)
+        return saved["groups"], _from_json(saved["unwritten"])
 
-    def save(self, batch_id: int, groups: dict) -> None:
-        """The groups after ``batch_id``, written whole or not at all (a temporary file, then renamed)."""
+    def save(self, batch_id: int, groups: dict, unwritten: list[tuple[int, list[dict]]]) -> None:
+        """The groups after ``batch_id`` and the ledger rows not yet appended, written whole or not at all (a
+        temporary file, then renamed)."""
         os.makedirs(self.folder, exist_ok=True)
         path = os.path.join(self.folder, f"{batch_id}.json")
         with open(f"{path}.tmp", "w") as handle:
-            json.dump(groups, handle, sort_keys=True)
+            json.dump({"groups": groups, "unwritten": _to_json(unwritten)}, handle, sort_keys=True)
         os.replace(f"{path}.tmp", path)
         for old in self._saved()[:-GROUPS_KEPT]:
             os.remove(os.path.join(self.folder, f"{old}.json"))
@@ -176,33 +273,63 @@ class Passes:
         rows = batch.toPandas()
         if rows.empty:
             return
+        spark = batch.sparkSession
         now = pd.Timestamp(rows.pass_at.max()).timestamp()
-        groups = self.groups_before(batch_id)
+        if self.last is not None and self.last[0] == batch_id - 1:
+            groups = self.last[1]
+        else:  # the run's first pass (or a replay): where the file left off, and what it had not appended
+            groups, left = self.state_before(batch_id)
+            self.ledger.recover(spark, left)
         changes = changes_of(rows, self.labels, now)
-        muting = self.silences_now(batch.sparkSession, now)
+        muting = self.silences_now(spark, now)
         ledger, after = notify(self.routes, groups, changes, now, self.send, muting, self.settings.incident_page_url)
-        if ledger:
-            lake = Tables(batch.sparkSession, self.settings)
-            rows = ledger_frame(batch.sparkSession, ledger, batch_id)
-            lake.append_batch(rows, "notifications", writer_id(self.settings, QUERY), batch_id, cache=False)
-        if after != groups:
-            self.save(batch_id, after)
+        if after != groups or ledger:
+            self.save(batch_id, after, [*self.ledger.unwritten(), *([(batch_id, ledger)] if ledger else [])])
+        self.ledger.add(spark, batch_id, ledger)
         self.last = (batch_id, after)
 
 
-def sender(routes: RouteSet, settings: Settings) -> Callable[[Message], Outcome]:
-    """send(message): to its receiver, the receivers' secrets read from ``routes_secret_scope``."""
+def sender(routes: RouteSet, settings: Settings, version: int | None = None) -> Callable[[Message], Outcome]:
+    """send(message): to its receiver, the receivers' secrets read from ``routes_secret_scope``. A group formed under
+    earlier routes may name a receiver these no longer have: its message is dead-lettered, the reason naming it."""
     secrets = scope_secrets(settings.routes_secret_scope)
-    return lambda msg: deliver(routes.receiver(msg.receiver), msg, secrets)
+    names = {receiver.name for receiver in routes.receivers}
+    in_force = f"the routes in force (version {version})" if version else "the routes in force"
+
+    def send(msg: Message) -> Outcome:
+        if msg.receiver not in names:
+            return Outcome(msg.notification_id, "dead_letter", [f"receiver {msg.receiver} is not in {in_force}"])
+        return deliver(routes.receiver(msg.receiver), msg, secrets)
+
+    return send
 
 
-@queries.declare(QUERY, task="alert_records", writes="notifications", pool="alerts")
+#: the ledger of the last run of the query on each checkpoint in this process
+_LEDGERS: dict[str, Ledger] = {}
+
+
+def flush_ledger(settings: Settings, timeout_s: float = 60.0) -> None:
+    """Until the rows this process' notifier handed to its ledger are in ``notifications`` (after a stop: what is
+    still unwritten then is appended by the next run's first pass anyway)."""
+    ledger = _LEDGERS.get(settings.checkpoint_path(QUERY))
+    if ledger is not None:
+        ledger.flush(timeout_s)
+
+
+@queries.declare(
+    QUERY, task="alert_records", writes="notifications", pool="alerts", reload_when=routes_catalog.fingerprint
+)
 def start_notifier(spark: SparkSession, settings: Settings, *, wait: bool = True):
     """``alert_events`` -> the routes' receivers and ``notifications`` (micro-batches, ``trigger``); None when
-    ``routes_file`` is empty (nobody to tell)."""
+    ``routes_file`` is empty (nobody to tell). The routes are the ``routes`` table's version in force (seeded from
+    ``routes_file``); the always-on job restarts the query when a new version is published."""
     if not settings.routes_file:
         return None
-    routes = load_routes(settings.routes_file)
+    version, routes = routes_catalog.routes_in_force(spark, settings)
     create_tables(spark, settings, ["alert_events"])  # streamed from its first version, before the lifecycle writes
-    passes = Passes(settings, routes, label_source(spark, settings), sender(routes, settings))
+    checkpoint = settings.checkpoint_path(QUERY)
+    if checkpoint in _LEDGERS:  # a restart in this process: the last run's appends end before this run recovers
+        _LEDGERS[checkpoint].flush()
+    ledger = _LEDGERS[checkpoint] = Ledger(settings, deferred=not settings.runs_to_end)
+    passes = Passes(settings, routes, label_source(spark, settings), sender(routes, settings, version), ledger)
     return launch(notifier_input(spark, settings), settings, start_notifier.query, wait=wait, foreach_batch=passes)
