@@ -97,6 +97,11 @@ def test_a_fifty_device_outage_is_one_message_a_replayed_pass_sends_the_same_id_
         assert sorted(ledger.status) == ["dead_letter", "delivered"], "the query went on past the failing receiver"
         sent = ledger.set_index("status").loc["delivered"]
         assert sent.notification_id == team[0][1]["Idempotency-Key"] and len(sent.incident_ids) == 50
+        summary = notifications.ledger_summary(spark, settings)  # 03's table of who was told
+        assert [tuple(r) for r in summary.itertuples(index=False)] == [
+            ("broken", "dead_letter", 1, 1),
+            ("team", "delivered", 1, 50),
+        ]
 
         # the pass' batch replayed, as after a crash between sending and its commit: the same message, the same id
         checkpoint = settings.checkpoint_path("notifier")
@@ -239,3 +244,41 @@ def test_published_routes_are_versions_the_notifier_sends_by_and_a_group_of_a_re
         gone = ledger[ledger.receiver == "team"].set_index("status")
         assert sorted(gone.index) == ["dead_letter", "delivered"]
         assert list(gone.loc["dead_letter"].attempts) == ["receiver team is not in the routes in force (version 2)"]
+
+
+class _Killed(BaseException):
+    """The process dying mid-pass (not an error the pass could handle)."""
+
+
+def test_a_run_killed_while_it_delivers_loses_no_message_and_its_replay_repeats_only_ids_already_sent(
+    spark, settings, tmp_path, monkeypatch
+):
+    routes_text = ROUTES.replace("group_by: [rule_id]", "group_by: [device_id]")  # a message per incident
+    with _routed(settings, tmp_path, monkeypatch, routes_text) as (receiver, settings):
+        _started(spark, settings)
+        routes = load_routes(settings.routes_file)
+        labels, send = notifications.label_source(spark, settings), notifications.sender(routes, settings)
+        batch = _pass_input(spark, 30, [(f"i{n}", "too_hot", f"d{n}", "opened", n) for n in range(6)])
+
+        def dying(message):  # the process is killed after the third message reached its receiver
+            if len(receiver.at("/team")) == 3:
+                raise _Killed
+            return send(message)
+
+        killed = notifications.Passes(settings, routes, labels, dying, notifications.Ledger(settings, deferred=True))
+        try:
+            killed(batch, 0)
+        except _Killed:
+            pass
+        assert len(receiver.at("/team")) == 3 and delta_frame(settings.table_path("notifications")).empty
+
+        # the batch was not committed: the next run replays it, at the same pass time (Spark's offset log)
+        ledger = notifications.Ledger(settings, deferred=True)
+        notifications.Passes(settings, routes, labels, send, ledger)(batch, 0)
+        ledger.flush()
+
+        sent = [h["Idempotency-Key"] for _, h, _ in receiver.at("/team")]
+        table = delta_frame(settings.table_path("notifications"))
+        assert len(set(sent)) == 6 and len(sent) == 9, "every incident told; the three told before the kill again"
+        assert sorted(table.notification_id) == sorted(set(sent)), "the ledger holds each message once"
+        assert sent[3:6] == sent[:3], "a repeated message carries the id it was first sent with"

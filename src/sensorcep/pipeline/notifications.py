@@ -304,6 +304,20 @@ def sender(routes: RouteSet, settings: Settings, version: int | None = None) -> 
     return send
 
 
+def ledger_summary(spark: SparkSession, settings: Settings) -> pd.DataFrame:
+    """``notifications`` by receiver and status: the messages and the incidents they listed (none yet: no rows)."""
+    lake = Tables(spark, settings)
+    if not lake.exists("notifications"):
+        return pd.DataFrame(columns=["receiver", "status", "messages", "incidents"])
+    return (
+        lake.read("notifications")
+        .groupBy("receiver", "status")
+        .agg(F.count("*").alias("messages"), F.sum(F.size("incident_ids")).alias("incidents"))
+        .orderBy("receiver", "status")
+        .toPandas()
+    )
+
+
 #: the ledger of the last run of the query on each checkpoint in this process
 _LEDGERS: dict[str, Ledger] = {}
 
