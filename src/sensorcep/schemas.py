@@ -84,7 +84,7 @@ DECLARED: tuple[TableSpec, ...] = (
         "query string, device_id string, sensor_freq double, event_time timestamp, watermark timestamp, "
         "late_by_s double, batch_id long, part_date date",
         key=("query", "device_id", "event_time"),
-        written_by=("sampling", "device_activity", "stateful_rules", "alert_lifecycle"),
+        written_by=("sampling", "device_activity", "stateful_rules", "alert_lifecycle", "group_rules"),
         partition_by=("part_date",),
     ),
     TableSpec("devices", None, key=("device_id",), written_by=("simulator --devices-table",)),

@@ -20,6 +20,7 @@ def test_every_query_is_declared_once_with_its_task_trigger_setting_and_pool():
         "alerts",
         "alert_lifecycle",
         "anomalies",
+        "group_rules",
         "notifier",
     ]
     assert {name: q.task for name, q in declared.items()} == {
@@ -30,6 +31,7 @@ def test_every_query_is_declared_once_with_its_task_trigger_setting_and_pool():
         "alerts": "alerts",
         "alert_lifecycle": "alert_records",
         "anomalies": "alert_records",
+        "group_rules": "alert_records",
         "notifier": "alert_records",
     }
     assert [name for name, q in declared.items() if q.trigger_setting == "alerts_trigger"] == ["alerts"]
@@ -40,6 +42,7 @@ def test_every_query_is_declared_once_with_its_task_trigger_setting_and_pool():
         "stateful_rules": "sensorcep.rules.catalog",
         "alerts": "sensorcep.rules.catalog",
         "alert_lifecycle": "sensorcep.rules.catalog",
+        "group_rules": "sensorcep.rules.catalog",
         "notifier": "sensorcep.routes.catalog",
     }, "restarted when the rules, or the routes, change"
 

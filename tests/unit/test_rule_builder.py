@@ -13,6 +13,7 @@ from sensorcep.rules.builder import (
     baseline,
     count,
     field,
+    group,
     pattern,
     rate,
     sequence,
@@ -37,8 +38,10 @@ def test_the_documented_rule_set_builds_and_reads_back_from_its_yaml():
         absence("silent", within="10 minutes", scope={"site": "lab"}),
         baseline("odd", voltage, k=4, span=50),
         pattern("spike_twice", step(freq > 90), absent(freq < 60), step(freq > 90, times=(1, 3)), within="2 minutes"),
+        group("site_brownout", "brownout", by="site", at_least=3, within="10 minutes"),
     ]
-    assert rules[-1].text == "sensor_freq > 90 then no sensor_freq < 60 then sensor_freq > 90{1,3} within 2 minutes"
+    assert rules[-1].text == "3 devices of one site fire brownout within 10 minutes"
+    assert rules[-2].text == "sensor_freq > 90 then no sensor_freq < 60 then sensor_freq > 90{1,3} within 2 minutes"
     assert [r.text for r in rules[:4]] == [
         "sensor_freq > 55 and (voltage > 250 or not voltage >= 180)",
         "3+ events with voltage < 180 within 5 minutes",

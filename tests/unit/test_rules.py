@@ -42,7 +42,7 @@ def test_the_packaged_rule_set_is_the_original_rule_as_one_row():
         ({"rules": [rule(scope={"site": " "})]}, "scope: site must not be empty"),
         ({"rules": [rule(scope={"building": "b1"})]}, "scope.building: Extra inputs are not permitted"),
         ({"rules": [rule(threshhold=3)]}, "rule 1 (low), threshhold: Extra inputs are not permitted"),
-        ({"rules": [rule(), rule(id="ok"), rule(kind="group")]}, "rule 3 (low): kind 'group' is not a rule kind"),
+        ({"rules": [rule(), rule(id="ok"), rule(kind="cluster")]}, "rule 3 (low): kind 'cluster' is not a rule kind"),
         ({"rules": [rule(kind="baseline", k=0, span=10)]}, "k: Input should be greater than 0"),
         ({"rules": [rule(kind="baseline", k=3)]}, "span: Field required"),
         ({"rules": [rule(kind="spike")]}, "rule 1 (low): kind 'spike' is not a rule kind; one of: threshold, rate"),
@@ -147,7 +147,7 @@ def test_the_commented_examples_in_the_packaged_rule_set_are_valid_rules_of_ever
     uncommented = "\n".join(line.replace("  # ", "  ", 1) for line in examples.splitlines())
     parsed = parse_rules(yaml.safe_load("rules:\n" + uncommented))
     kinds = ["threshold", "threshold", "rate", "count", "absence", "sequence", "baseline", "aggregate", "pattern"]
-    assert [r.kind for r in parsed] == kinds
+    assert [r.kind for r in parsed] == [*kinds, "group"]
     assert [r.text for r in parsed] == [
         "sensor_freq > 95 [site=lab]",
         "sensor_freq > 55 and (voltage > 250 or not voltage >= 180)",
@@ -158,6 +158,7 @@ def test_the_commented_examples_in_the_packaged_rule_set_are_valid_rules_of_ever
         "sensor_freq more than 4 spreads from the device's baseline (span 50)",
         "avg(sensor_freq) over 5 minutes every 1 minute > 80",
         "sensor_freq > 90 then no sensor_freq < 60 then sensor_freq > 90+ within 2 minutes",
+        "3 devices of one site fire negative_frequency within 10 minutes",
     ]
 
 

@@ -5,7 +5,9 @@ The candidate runs through the live queries' own code, in batch, over bronze, wh
 threshold rules through :func:`sensorcep.pipeline.alerts.alert_stream`, its stateful rules through the stateful
 query's logic (:func:`sensorcep.pipeline.stateful_rules.rule_alerts_batch`, each device's events in one pass, up to
 the watermark a live run would reach, and without the events the live stateful query found too late for its
-watermark: they are in ``late_events``, and the live run never judged them). An alert the candidate fires that
+watermark: they are in ``late_events``, and the live run never judged them); its group rules over the alerts those
+fire, through the group rules query's logic (:func:`sensorcep.pipeline.group_rules.group_alerts_batch`, likewise
+without the alerts the live group query found too late). An alert the candidate fires that
 ``anomalies`` lacks is *added*,
 one ``anomalies`` holds that the candidate does not fire is *dropped*, one in both is *kept*. An ``alert_id``
 depends on the device, the event time and the rule id (not its version), so a rule whose threshold moved keeps the
@@ -23,7 +25,9 @@ from pyspark.sql import functions as F
 
 from sensorcep.io.lake import Tables
 from sensorcep.pipeline.alerts import alert_stream
-from sensorcep.pipeline.ingest import BronzeMissingError
+from sensorcep.pipeline.group_rules import QUERY as GROUP_QUERY
+from sensorcep.pipeline.group_rules import group_alerts_batch
+from sensorcep.pipeline.ingest import BronzeMissingError, load_devices
 from sensorcep.pipeline.lateness import LATE_KEY
 from sensorcep.pipeline.stateful_rules import QUERY as STATEFUL_QUERY
 from sensorcep.pipeline.stateful_rules import extra_fields_read, rule_alerts_batch
@@ -97,12 +101,17 @@ def backtest(
     )
     scoped = evaluate.scope_devices(spark, settings, candidate)
     stateless = [r for r in candidate if r.rule.stateless]
-    stateful = [r for r in candidate if not r.rule.stateless]
+    groups = [r for r in candidate if r.rule.over_alerts]
+    stateful = [r for r in candidate if not r.rule.stateless and not r.rule.over_alerts]
     fired = alert_stream(events, stateless, scoped).select(*ALERT_COLUMNS)
     if stateful:  # the stateful rules query's own logic, over each device's events at once, as the live run took them
         taken = taken_by(lake, settings, STATEFUL_QUERY, events)
         fired = fired.unionByName(rule_alerts_batch(taken, settings, stateful, scoped).select(*ALERT_COLUMNS))
     fired = fired.dropDuplicates(["alert_id"])
+    if groups:  # the group rules query's own logic over the candidate's alerts, as the live run took them
+        taken = taken_by(lake, settings, GROUP_QUERY, fired)
+        grouped = group_alerts_batch(taken, load_devices(spark, settings), settings, groups)
+        fired = fired.unionByName(grouped.select(*ALERT_COLUMNS))
     if lake.exists("anomalies"):
         live = _window(lake.read("anomalies"), start, end).select(*ALERT_COLUMNS).dropDuplicates(["alert_id"])
     else:

@@ -27,7 +27,8 @@ What is exactly once and what is at least once:
   PagerDuty's ``dedup_key``).
 
 Labels: ``rule_id`` and ``device_id`` from the transition, ``severity`` from the rule in force (``warning`` when it
-does not say), ``site`` and ``sensor_type`` from the ``devices`` table when there is one. The routes (the ``routes``
+does not say), ``site`` and ``sensor_type`` from the ``devices`` table when there is one (a group rule's incident:
+the label its ``device_id`` names, e.g. ``site`` of ``site=plant-1``). The routes (the ``routes``
 table's version in force, :mod:`sensorcep.routes.catalog`), the rules' severities and the devices are read when the
 query starts; the always-on job restarts it when a new version of the routes is published. The query runs only
 when ``routes_file`` names a routes file: with no routes nobody is told, and nothing runs (docs/routes.md).
@@ -56,7 +57,7 @@ from sensorcep.routes.dispatch import CLOSING, PAGING, Change
 from sensorcep.routes.model import RouteSet
 from sensorcep.routes.notifier import notify
 from sensorcep.routes.planning import Incident, Silence
-from sensorcep.rules import catalog
+from sensorcep.rules import catalog, grouping
 from sensorcep.schemas import BY_NAME
 from sensorcep.settings import Settings, parse_duration
 
@@ -106,7 +107,7 @@ def label_source(spark: SparkSession, settings: Settings) -> Callable[[str, str]
             "rule_id": rule_id,
             "device_id": device_id,
             "severity": severity.get(rule_id, "warning"),
-            **devices.get(device_id, {}),
+            **devices.get(device_id, grouping.labels_of(device_id)),  # a group rule's incident: its group's label
         }
 
     return labels

@@ -14,6 +14,7 @@ from sensorcep.pipeline import (
     alert_lifecycle,
     alerts,
     device_activity,
+    group_rules,
     ingest,
     notifications,
     sampling,
@@ -30,6 +31,7 @@ QUERY_MODULES: tuple[ModuleType, ...] = (
     stateful_rules,
     alerts,
     alert_lifecycle,
+    group_rules,
     notifications,
 )
 

@@ -16,13 +16,11 @@ Baseline rules also append each device's baseline, as each batch leaves it, to `
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from sensorcep.io.kafka import write_kafka
 from sensorcep.io.lake import Tables
@@ -44,30 +42,17 @@ OUTPUT_SCHEMA = (
 #: the columns of ``device_baselines``: one row per (device, baseline rule) per micro-batch that moved it
 BASELINE_COLUMNS = ["device_id", "rule_id", "rule_version", "events", "mean", "spread", "as_of", "batch_id"]
 OUTPUT_COLUMNS = [part.split()[0] for part in OUTPUT_SCHEMA.split(", ")]
-STATE_SCHEMA = "pending string, memory string"
 
 
-class RuleMachine(StatefulProcessor):
+class RuleMachine(timers.PendingAndMemory):
     """Keyed by device: ``state`` = (pending events as JSON [[t_us, value, kafka_us(, other fields)], ...], memory as
     JSON)."""
 
     def __init__(self, rules: list[VersionedRule], scoped: dict[tuple, list[str]]):
         self.rules, self.scoped, self.fields = rules, scoped, extra_fields_read(rules)
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.handle = handle
-        self.state = handle.getValueState("state", STATE_SCHEMA)
-        self.passes = timers.Passes()
-
-    def _load(self) -> tuple[list, dict]:
-        held = self.state.get() if self.state.exists() else None
-        return (json.loads(held[0]), json.loads(held[1])) if held else ([], {})
-
     def _save(self, pending: list, memory: dict) -> None:
-        if pending or memory:
-            self.state.update((json.dumps(pending), json.dumps(memory)))
-        else:
-            self.state.clear()
+        self._store(pending, memory)
         deadlines = [min(e[0] for e in pending)] if pending else []
         absence = sequential.next_deadline_us(self.rules, memory)
         if absence is not None:
@@ -103,9 +88,6 @@ class RuleMachine(StatefulProcessor):
         if rows:
             yield pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
 
-    def close(self) -> None:
-        pass
-
 
 def extra_fields_read(rules: list[VersionedRule]) -> list[str]:
     """The event fields kept through ``extra_fields`` that the rules read (beside ``sensor_freq``)."""
@@ -129,8 +111,9 @@ def event_tuples(frame: pd.DataFrame, fields: list[str], until_us: int | None = 
 
 
 def stateful_rules(spark: SparkSession, settings: Settings) -> list[VersionedRule]:
-    """The rules in force that need state (every kind but threshold)."""
-    return [r for r in catalog.rules_in_force(spark, settings) if not r.rule.stateless]
+    """The rules in force that need state over a device's events (every kind but threshold, and group rules, which
+    run over other rules' alerts: :mod:`sensorcep.pipeline.group_rules`)."""
+    return [r for r in catalog.rules_in_force(spark, settings) if not r.rule.stateless and not r.rule.over_alerts]
 
 
 def rule_alert_stream(

@@ -8,7 +8,10 @@ everything that is final and the others do nothing (:class:`Passes`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 
 def arm(handle, deadlines_us: Iterable[int]) -> None:
@@ -35,3 +38,30 @@ class Passes:
             return None
         self._seen.add(this_pass)
         return watermark_ms
+
+
+#: the state of a :class:`PendingAndMemory` key
+PENDING_AND_MEMORY = "pending string, memory string"
+
+
+class PendingAndMemory(StatefulProcessor):
+    """A processor whose key keeps (the inputs the watermark has not passed yet, a memory) as JSON, released by the
+    timers above: the stateful rules' per device, the group rules' per group."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.state = handle.getValueState("state", PENDING_AND_MEMORY)
+        self.passes = Passes()
+
+    def _load(self) -> tuple[list, dict]:
+        held = self.state.get() if self.state.exists() else None
+        return (json.loads(held[0]), json.loads(held[1])) if held else ([], {})
+
+    def _store(self, pending: list, memory: dict) -> None:
+        if pending or memory:
+            self.state.update((json.dumps(pending), json.dumps(memory)))
+        else:
+            self.state.clear()
+
+    def close(self) -> None:
+        pass

@@ -5,7 +5,8 @@ rule is a :class:`~sensorcep.rules.model.RuleError` naming it), so what it build
 :func:`sensorcep.rules.catalog.apply_rules`, a backtest, or :func:`to_yaml` for review and ``rules apply``. Nothing in
 a rule is executed: a condition is data, compiled by the queries as any YAML rule is. ::
 
-    from sensorcep.rules.builder import absent, aggregate, count, field, pattern, sequence, step, threshold, to_yaml
+    from sensorcep.rules.builder import absent, aggregate, count, field, group, pattern, sequence, step, threshold
+    from sensorcep.rules.builder import to_yaml
 
     freq, voltage = field("sensor_freq"), field("voltage")  # voltage: kept through extra_fields
     rules = [
@@ -14,6 +15,7 @@ a rule is executed: a condition is data, compiled by the queries as any YAML rul
         sequence("surge_then_sag", first=voltage > 250, then=voltage < 180, within="2 minutes"),
         aggregate("hot_average", "avg", freq, window="5 minutes", slide="1 minute", op=">", value=80),
         pattern("spike_twice", step(freq > 90), absent(freq < 60), step(freq > 90), within="2 minutes"),
+        group("site_brownout", "brownout", by="site", at_least=3, within="10 minutes"),
     ]
     print(to_yaml(rules))
 
@@ -143,6 +145,12 @@ def pattern(rule_id: str, *steps: dict, within: str, **options) -> Rule:
     """``kind: pattern`` from :func:`step` and :func:`absent`, e.g.
     ``pattern("spike_twice", step(freq > 90), absent(freq < 60), step(freq > 90), within="2 minutes")``."""
     return _rule(rule_id, "pattern", steps=list(steps), within=within, **options)
+
+
+def group(rule_id: str, rule: str, *, by: str, at_least: int, within: str, **options) -> Rule:
+    """``kind: group``: ``at_least`` devices of one ``by`` (site, sensor_type) firing the rule ``rule`` within
+    ``within``, e.g. ``group("site_pumps", "pump_fault", by="site", at_least=3, within="10 minutes")``."""
+    return _rule(rule_id, "group", rule=rule, by=by, at_least=at_least, within=within, **options)
 
 
 def to_yaml(rules: list[Rule]) -> str:

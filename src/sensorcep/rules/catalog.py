@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pyspark.sql import SparkSession
 
 from sensorcep.io.lake import Tables
-from sensorcep.rules.model import Rule, check_fields, load_rules, rule_from_spec, spec_json
+from sensorcep.rules.model import Rule, check_fields, check_groups, load_rules, rule_from_spec, spec_json
 from sensorcep.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -154,6 +154,7 @@ def apply_rules(spark: SparkSession, settings: Settings, rules: list[Rule]) -> C
     """Make ``rules`` the rule set in force (one Delta commit, nothing written when nothing changes); a rule that reads
     a field no event carries is refused (:func:`~sensorcep.rules.model.check_fields`)."""
     check_fields([rule for rule in rules if rule.enabled], settings.extra_field_names)
+    check_groups(rules)
     changes = plan_changes(current_rows(spark, settings), rules)
     if changes.any or not Tables(spark, settings).exists(TABLE):
         frame = spark.createDataFrame(changes.rows or [], SCHEMA).select(*COLUMNS)

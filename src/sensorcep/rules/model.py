@@ -129,8 +129,10 @@ class _Rule(_Strict):
         """The rule's severity (:data:`DEFAULT_SEVERITY` when it does not say)."""
         return self.severity or DEFAULT_SEVERITY
 
-    #: stateless rules run in the real-time alert query; the others in the stateful rules query (micro-batches)
+    #: stateless rules run in the real-time alert query; the others in the stateful rules query (micro-batches), but
+    #: for the rules over other rules' alerts (``over_alerts``: group rules), which run in the group rules query
     stateless: ClassVar[bool] = False
+    over_alerts: ClassVar[bool] = False
 
     @property
     def where(self) -> str:
@@ -701,15 +703,59 @@ class AggregateRule(_Rule):
 
 #: the most windows one event of an aggregate rule falls into (window / slide): what a device's memory holds per rule
 MAX_OPEN_WINDOWS = 60
+#: the labels a group rule may group devices by (columns of the ``devices`` table)
+GROUP_LABELS = ("site", "sensor_type")
+
+
+class GroupRule(_Rule):
+    """At least ``at_least`` distinct devices of one ``site`` (or ``sensor_type``: ``by``) firing the rule named
+    ``rule`` within ``within`` of event time fires once for the group: a site-wide fault is one incident, not one per
+    device. Judged over the named rule's alerts in event-time order: the alert that brings the count of devices with
+    an alert in the last ``within`` to ``at_least`` fires, at that alert's time, and counting restarts after it (the
+    alerts up to it count no more). The group alert's ``device_id`` is the group's label, ``site=<site>`` (or
+    ``sensor_type=<type>``), so the lifecycle keeps one incident per group rule and group; a device without that
+    label in the ``devices`` table belongs to no group. The named rule is any rule of another kind in the same set
+    (it may be disabled: then the group fires nothing)."""
+
+    kind: Literal["group"]
+    rule: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")
+    by: Literal["site", "sensor_type"]
+    at_least: int = Field(ge=2, le=10_000)
+    within: str
+
+    _within = field_validator("within")(_positive_duration)
+    within_us = property(lambda self: _microseconds(self.within))
+
+    fields: ClassVar[set[str]] = set()
+    #: judged over other rules' alerts, not over events: the group rules query (:mod:`sensorcep.pipeline.group_rules`)
+    over_alerts: ClassVar[bool] = True
+
+    @model_validator(mode="after")
+    def _unscoped(self) -> GroupRule:
+        if self.scope is not None:
+            raise ValueError("a group rule takes no scope: it groups the devices by `by` (scope the rule it names)")
+        return self
+
+    @property
+    def text(self) -> str:
+        return f"{self.at_least} devices of one {self.by} fire {self.rule} within {self.within}"
 
 
 #: a rule of any kind this version evaluates, told apart by ``kind``
 Rule = Annotated[
-    ThresholdRule | RateRule | CountRule | AbsenceRule | SequenceRule | BaselineRule | AggregateRule | PatternRule,
+    ThresholdRule
+    | RateRule
+    | CountRule
+    | AbsenceRule
+    | SequenceRule
+    | BaselineRule
+    | AggregateRule
+    | PatternRule
+    | GroupRule,
     Field(discriminator="kind"),
 ]
 #: the kinds, by name
-KINDS = ("threshold", "rate", "count", "absence", "sequence", "baseline", "aggregate", "pattern")
+KINDS = ("threshold", "rate", "count", "absence", "sequence", "baseline", "aggregate", "pattern", "group")
 
 
 class RuleSet(_Strict):
@@ -765,6 +811,20 @@ def parse_rules(document: object, source: str = "rules") -> list[Rule]:
     return parsed.rules
 
 
+def check_groups(rules: list[Rule], source: str = "rules") -> list[Rule]:
+    """``rules``, if each group rule names a rule of the set that is not itself a group rule; else a
+    :class:`RuleError` naming the group rule. (A rule set as a whole: a file, or what ``rules apply`` writes.)"""
+    kinds = {rule.id: rule.kind for rule in rules}
+    for rule in rules:
+        if rule.kind == "group" and kinds.get(rule.rule) in (None, "group"):
+            what = "no rule of the set" if rule.rule not in kinds else "another group rule"
+            raise RuleError(
+                f"{source}: group rule {rule.id} counts the alerts of {rule.rule!r}, which is {what}; name a rule of "
+                "another kind in the same rule set"
+            )
+    return rules
+
+
 def check_fields(rules: list[Rule], extra_fields: list[str], source: str = "rules") -> list[Rule]:
     """``rules``, if every field they read is one an event carries: ``sensor_freq``, or a field kept through the
     ``extra_fields`` setting; else a :class:`RuleError` naming each rule and field."""
@@ -783,7 +843,7 @@ def check_fields(rules: list[Rule], extra_fields: list[str], source: str = "rule
 def load_rules(path: str | Path | None = None) -> list[Rule]:
     """The rules of a YAML file (None or empty: the packaged default)."""
     document, source = read_yaml(path, what="rules", package="sensorcep.rules", default=DEFAULT_RULES, error=RuleError)
-    return parse_rules(document, source)
+    return check_groups(parse_rules(document, source), source)
 
 
 def spec_json(rule: Rule) -> str:
