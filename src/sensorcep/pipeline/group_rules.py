@@ -33,6 +33,7 @@ from sensorcep.pipeline.ingest import load_devices
 from sensorcep.pipeline.streaming import launch
 from sensorcep.rules import catalog, grouping
 from sensorcep.rules.catalog import VersionedRule
+from sensorcep.rules.model import GROUP_LABELS
 from sensorcep.runtime import TRANSFORM_WITH_STATE, require
 from sensorcep.settings import Settings, parse_duration
 
@@ -95,7 +96,7 @@ def grouped_alerts(alerts: DataFrame, devices: DataFrame, rules: list[VersionedR
     """Alerts (device_id, event_time, rule_id, alert_id, sensor_freq) -> one row per (group rule, alert of the rule it
     names, the device's group): group_rule, group, alert_id, device_id, event_time, sensor_freq. A device without the
     label is in no group."""
-    labels = [c for c in ("site", "sensor_type") if c in devices.columns]
+    labels = [c for c in GROUP_LABELS if c in devices.columns]
     labelled = alerts.join(F.broadcast(devices.select("device_id", *labels)), "device_id", "left")
     picks = F.array(
         *[
@@ -207,6 +208,9 @@ def start_group_rules(spark: SparkSession, settings: Settings, *, wait: bool = T
         names = ", ".join(r.id for r in rules)
         log.warning("group rules %s: no devices table, so no device has a group; they fire nothing", names)
         return None
+    unlabelled = [f"{r.id} (by {r.rule.by})" for r in rules if r.rule.by not in devices.columns]
+    if unlabelled:
+        log.warning("group rules %s: the devices table has no such column; they fire nothing", ", ".join(unlabelled))
     writer = lateness.late_event_writer(settings, QUERY, send_group_alerts(settings), input_repeats=True)
     return launch(
         group_alert_stream(read_alerts(spark, settings), devices, settings, rules),
