@@ -352,7 +352,7 @@ def _window_aggregates(rule: dict, times: list[int], events: list[dict], until_u
             value = statistics.stdev(values) if len(values) > 1 else None
         else:
             value = {"avg": sum(values) / len(values), "min": min(values), "max": max(values), "sum": sum(values),
-                     "count": float(len(values))}[function]  # fmt: skip
+                     "count": float(len(values)), "range": max(values) - min(values)}[function]  # fmt: skip
         found.append((start + window_us, value))
     return found
 

@@ -642,22 +642,22 @@ class PatternRule(_Rule):
 
 
 #: what an aggregate rule computes over a window's events
-FUNCTIONS = ("avg", "min", "max", "sum", "count", "stddev")
+FUNCTIONS = ("avg", "min", "max", "sum", "count", "stddev", "range")
 
 
 class AggregateRule(_Rule):
     """A device's events in each event-time window (``window`` long, a new one every ``slide``: sliding windows;
-    ``slide`` unset: tumbling) are aggregated (``function`` of ``field``: avg, min, max, sum, count or stddev, the
-    sample standard deviation) and the window fires once, when the watermark closes it, if the aggregate compares with
-    ``value`` by ``op``. The window's events are those that carry ``field`` as a number (``count`` without a field:
-    every event); a window without such events has no aggregate and fires nothing (stddev: fewer than two). Windows
-    start at multiples of ``slide`` since the epoch, as Spark's ``window()``; the alert's event time is the window's
-    end. Instead of ``value``, ``value_from: devices.<column>`` compares with the device's own number in that column
-    of the ``devices`` table (a setpoint), as the table is when the query starts; a device without a number there
-    fires nothing."""
+    ``slide`` unset: tumbling) are aggregated (``function`` of ``field``: avg, min, max, sum, count, stddev, the
+    sample standard deviation, or range, max - min: how far the field moved within the window) and the window fires
+    once, when the watermark closes it, if the aggregate compares with ``value`` by ``op``. The window's events are
+    those that carry ``field`` as a number (``count`` without a field: every event); a window without such events has
+    no aggregate and fires nothing (stddev: fewer than two). Windows start at multiples of ``slide`` since the epoch,
+    as Spark's ``window()``; the alert's event time is the window's end. Instead of ``value``, ``value_from:
+    devices.<column>`` compares with the device's own number in that column of the ``devices`` table (a setpoint), as
+    the table is when the query starts; a device without a number there fires nothing."""
 
     kind: Literal["aggregate"]
-    function: Literal["avg", "min", "max", "sum", "count", "stddev"]
+    function: Literal["avg", "min", "max", "sum", "count", "stddev", "range"]
     field: str | None = None
     window: str
     slide: str | None = None

@@ -272,7 +272,7 @@ def aggregate(function: str, window: list) -> float | None:
     _, n, total, _, m2, low, high = window
     if function == "stddev":
         return math.sqrt(m2 / (n - 1)) if n >= 2 else None
-    return {"avg": total / n, "min": low, "max": high, "sum": total, "count": float(n)}[function]
+    return {"avg": total / n, "min": low, "max": high, "sum": total, "count": float(n), "range": high - low}[function]
 
 
 def compared_with(rule, device_id: str, scoped: dict) -> float | None:
