@@ -172,28 +172,30 @@ class Ledger:
             threading.Thread(target=self._drain, args=(spark,), name="notifications-ledger", daemon=True).start()
 
     def _drain(self, spark: SparkSession) -> None:
-        try:
-            while self._append_pending(spark):
-                pass
-        except BaseException as error:  # handed to the next pass, which fails the query
+        """The thread: append what is pending until nothing is (checked and given up under the lock, so rows a pass
+        adds while the last append runs are never left behind), or an append fails."""
+        while True:
             with self.lock:
-                self.failed = error
-        finally:
-            with self.lock:
-                self.busy = False
-                self.lock.notify_all()
+                if not self.pending or self.failed is not None:
+                    self.busy = False
+                    self.lock.notify_all()
+                    return
+            try:
+                self._append_pending(spark)
+            except BaseException as error:  # handed to the next pass, which fails the query
+                with self.lock:
+                    self.failed = error
 
-    def _append_pending(self, spark: SparkSession) -> bool:
-        """One commit of every row pending now; False when there was none."""
+    def _append_pending(self, spark: SparkSession) -> None:
+        """One commit of every row pending now."""
         entries = self.unwritten()
         if not entries:
-            return False
+            return
         Tables(spark, self.settings).append_batch(
             ledger_frame(spark, entries), "notifications", writer_id(self.settings, QUERY), entries[-1][0], cache=False
         )
         with self.lock:
             del self.pending[: len(entries)]
-        return True
 
     def flush(self, timeout_s: float = 60.0) -> None:
         """Until every row handed over is in the table (or the last append failed)."""
