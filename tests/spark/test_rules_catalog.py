@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 from sensorcep.io.lake import Tables
+from sensorcep.pipeline.group_rules import grouped_alerts
 from sensorcep.rules import catalog
-from sensorcep.rules.model import load_rules
+from sensorcep.rules.catalog import VersionedRule
+from sensorcep.rules.model import load_rules, parse_rules
 
 
 def _count_reads(monkeypatch) -> list[str]:
@@ -72,3 +74,18 @@ def test_an_aggregate_rules_value_from_reads_each_devices_number_from_the_device
     assert scope_devices(spark, settings, rules("setpoint")) == {("value_from", "setpoint"): {"d1": 60.5, "d3": 42.0}}
     with pytest.raises(RuleScopeError, match="the devices table has no column 'limit'"):
         scope_devices(spark, settings, rules("limit"))
+
+
+def test_a_group_rule_puts_only_devices_with_its_label_in_a_group_and_a_devices_table_without_it_in_none(spark):
+    rules = parse_rules({"rules": [{"id": "a", "kind": "threshold", "field": "sensor_freq", "op": "<", "value": 0},
+                                   {"id": "g", "kind": "group", "rule": "a", "by": "site", "at_least": 2,
+                                    "within": "1 minute"}]})  # fmt: skip
+    group = [VersionedRule(rules[1], 1)]
+    alerts = spark.createDataFrame(
+        [("x1", "d1", "a"), ("x2", "d2", "a"), ("x3", "d1", "b")], "alert_id string, device_id string, rule_id string"
+    ).selectExpr("*", "timestamp'2026-01-05 00:00:00' AS event_time", "-1.0d AS sensor_freq")
+    sites = spark.createDataFrame([("d1", "plant-1"), ("d2", None)], "device_id string, site string")
+    got = grouped_alerts(alerts, sites, group).select("group_rule", "group", "alert_id").collect()
+    assert [tuple(r) for r in got] == [("g", "site=plant-1", "x1")], "d2 has no site; x3 is another rule's"
+    types = spark.createDataFrame([("d1", "pump")], "device_id string, sensor_type string")
+    assert grouped_alerts(alerts, types, group).count() == 0, "no site column: nobody is in a site group"

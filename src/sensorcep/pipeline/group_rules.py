@@ -97,6 +97,12 @@ def grouped_alerts(alerts: DataFrame, devices: DataFrame, rules: list[VersionedR
     names, the device's group): group_rule, group, alert_id, device_id, event_time, sensor_freq. A device without the
     label is in no group."""
     labels = [c for c in GROUP_LABELS if c in devices.columns]
+    usable = [r for r in rules if r.rule.by in labels]
+    if not usable:  # the devices table has none of the labels the rules group by: no alert is in a group
+        return alerts.select(
+            F.lit(None).cast("string").alias("group_rule"), F.lit(None).cast("string").alias("group"),
+            "alert_id", "device_id", "event_time", "sensor_freq",
+        ).where(F.lit(False))  # fmt: skip
     labelled = alerts.join(F.broadcast(devices.select("device_id", *labels)), "device_id", "left")
     picks = F.array(
         *[
@@ -106,8 +112,7 @@ def grouped_alerts(alerts: DataFrame, devices: DataFrame, rules: list[VersionedR
                     F.lit(r.id).alias("group_rule"), F.concat(F.lit(f"{r.rule.by}="), F.col(r.rule.by)).alias("group")
                 ),
             )
-            for r in rules
-            if r.rule.by in labels
+            for r in usable
         ]
     )
     return (
