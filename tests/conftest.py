@@ -138,6 +138,8 @@ def pytest_sessionstart(session):
             # short-lived test JVMs: the C1 compiler only, one GC thread (measured: the device-activity and sampling
             # restart tests, 114 s -> 90 s on 2 cores); the product's sessions keep the JVM's defaults
             "SENSORCEP_JVM_OPTIONS": _jvm_options("others"),
+            # the brokers too: the first JIT tier, the serial collector (the broker's defaults: G1 and the full JIT)
+            "SENSORCEP_BROKER_JVM_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
             # the catalog's managed tables: the session's own (make test runs two sessions side by side)
             "SENSORCEP_WAREHOUSE_DIR": str(SESSION_DIR / "warehouse"),
         }

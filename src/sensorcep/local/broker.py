@@ -117,15 +117,18 @@ def _log4j(data_dir: Path) -> Path:
     return path
 
 
-def _java_command(data_dir: Path, main: str, *args: str) -> list[str]:
+#: the broker JVM's collector and JIT options (``SENSORCEP_BROKER_JVM_OPTIONS`` replaces them: the test suite's
+#: brokers run the first JIT tier only with the serial collector, as its short-lived Spark JVMs do)
+BROKER_JVM_OPTIONS = "-XX:+UseG1GC -XX:MaxGCPauseMillis=20"
 
+
+def _java_command(data_dir: Path, main: str, *args: str) -> list[str]:
     heap = os.environ.get("SENSORCEP_BROKER_HEAP", "512m")
     return [
         _java(),
         f"-Xmx{heap}",
         "-Xms128m",
-        "-XX:+UseG1GC",
-        "-XX:MaxGCPauseMillis=20",
+        *(os.environ.get("SENSORCEP_BROKER_JVM_OPTIONS") or BROKER_JVM_OPTIONS).split(),
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={_log4j(data_dir)}",
         "-cp",
