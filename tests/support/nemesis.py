@@ -14,7 +14,10 @@ progress, not by time:
 * ``broker``:   kill -9 of the Kafka broker while the producer produces and the job runs; the broker restarts from
                 its logs (a job run that fails on it is restarted, as Databricks restarts a continuous job);
 * ``stop_alerts``: a stop and restart of the real-time alert query;
-* ``second_writer``: a second run of the job while the first runs: it must fail at once, naming the first.
+* ``second_writer``: a second run of the job while the first runs: it must fail at once, naming the first;
+* ``task``:     kill -9 of one task alone (the real-time ``alerts`` task, which has a cluster of its own on Databricks)
+                while another process runs the job's other tasks: they must go on writing, and the task, started again,
+                goes on where its checkpoint left off (``make nightly``'s chain).
 
 Then the run alive at the end (else a fresh one) drains everything with no fault, and :func:`verify` checks exact
 equality against what the producer got acknowledged and against the oracle. ``tests/fault/test_nemesis.py`` runs it
@@ -85,7 +88,9 @@ SUITE = {
     "state_commit": ["alert_lifecycle"],
     "delta_checkpoint": ["bronze_events"],
 }
-KILLS = ("point", "sink", "moment", "broker")
+KILLS = ("point", "sink", "moment", "broker", "task")
+#: the task a ``task`` action kills alone: the one Databricks runs on a cluster of its own
+ALONE = "alerts"
 #: the tasks a query's new input comes from, besides its own: sampling_state reads bronze (ingest writes it),
 #: alert_records the alerts topic (the alerts task writes it)
 UPSTREAM = {"ingest": (), "sampling_state": ("ingest",), "alerts": (), "alert_records": ("alerts",)}
@@ -133,7 +138,7 @@ def plan(seed: int, kills: int) -> list[Action]:
     """The nightly chain: ``kills`` kill actions (each kind at least once, kill points the most, drawn from every
     point with K up to 12) and one stop of the real-time query and one second writer, in a seeded order."""
     rng = random.Random(seed)
-    kinds = list(KILLS) + rng.choices(KILLS, weights=[6, 1, 1, 2], k=max(0, kills - len(KILLS)))
+    kinds = list(KILLS) + rng.choices(KILLS, weights=[6, 1, 1, 2, 1], k=max(0, kills - len(KILLS)))
     actions = []
     for kind in kinds[:kills]:
         if kind == "point":
@@ -148,6 +153,8 @@ def plan(seed: int, kills: int) -> list[Action]:
             )
         elif kind == "moment":
             actions.append(Action(kind, f"{rng.uniform(0.0, 4.0):.1f}"))
+        elif kind == "task":
+            actions.append(Action(kind, ALONE))
         else:
             actions.append(Action(kind))
     rng.shuffle(actions)
@@ -512,6 +519,41 @@ class Nemesis:
             return f"broker killed and back; the job run failed on it ({driver.errors().splitlines()[-1:]})"
         return "broker killed and back"
 
+    def _task(self, action: Action) -> str:
+        """One task dies alone: the job runs in two processes, the task ``action.arg`` in one and the others in the
+        other (the Databricks topology: the real-time alert task has a cluster of its own); kill -9 of the task's
+        process while the others write; they must go on writing, and the task, started again on its checkpoint, goes
+        on. Both runs end with the action (the next one starts the whole job again)."""
+        assert action.arg == ALONE, f"a task action kills {ALONE!r} alone, not {action.arg!r}"
+        if self.driver is not None:
+            self._end_run()
+        topic = self.settings.alerts_topic
+
+        def sends_alerts(driver: Driver) -> bool:  # the alerts topic grows while ``driver`` runs
+            before = sum(topic_end_offsets(self.bootstrap, topic).values())
+            return driver.wait_for(
+                lambda: sum(topic_end_offsets(self.bootstrap, topic).values()) > before, POINT_WAIT_S, "an alert"
+            )
+
+        rest = Driver(self.params, None, self.log, [task for task in UPSTREAM if task != action.arg])
+        alone = Driver(self.params, None, self.log, [action.arg])
+        try:
+            assert sends_alerts(alone), f"the {action.arg} task failed:\n{alone.errors()}"
+            rest.wait_for(lambda: rest.writes > 0, POINT_WAIT_S, "a Delta write of the other tasks")
+            code = alone.kill()
+            assert code == -signal.SIGKILL, f"the {action.arg} task exited {code} before its kill:\n{alone.errors()}"
+            before = rest.writes
+            assert rest.wait_for(lambda: rest.writes > before, POINT_WAIT_S, "a write after the task died"), (
+                f"the other tasks stopped when {action.arg} died (exit {rest.proc.poll()}):\n{rest.errors()}"
+            )
+            went_on = rest.writes - before
+            alone = Driver(self.params, None, self.log, [action.arg])
+            assert sends_alerts(alone), f"the restarted {action.arg} task failed:\n{alone.errors()}"
+        finally:
+            codes = [alone.kill(), rest.kill()]
+        assert codes == [-signal.SIGKILL] * 2, f"a run ended by itself (exits {codes}):\n{rest.errors()}"
+        return f"{action.arg} killed alone; the other tasks went on ({went_on} writes); restarted, it sent alerts again"
+
     def _stop_alerts(self, action: Action) -> str:
         driver = self._running(f"stop_alerts:{action.arg}")
         driver.wait_for(lambda: "restarted alerts" in driver.lines, POINT_WAIT_S, "the alert query's restart")
@@ -800,9 +842,16 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=60, help="length of the random chain")
     parser.add_argument("--suite", action="store_true", help="the suite's plan: every point kind once")
     parser.add_argument("--broker", default="127.0.0.1:19095", help="host:port of the nemesis' own broker")
+    parser.add_argument("--actions", help="these actions instead of a drawn plan, e.g. task:alerts,sink,broker")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="nemesis-"))
-    actions = suite_plan(args.seed) if args.suite else plan(args.seed, args.kills)
+    if args.actions:
+        actions = [Action(*item.split(":", 1)) for item in args.actions.split(",")]
+        unknown = {a.kind for a in actions} - {*KILLS, "stop_alerts", "second_writer"}
+        if unknown:
+            parser.error(f"unknown actions {sorted(unknown)}: one of {', '.join(KILLS)}, stop_alerts, second_writer")
+    else:
+        actions = suite_plan(args.seed) if args.suite else plan(args.seed, args.kills)
     print(f"seed {args.seed}, plan: {', '.join(map(str, actions))}", flush=True)
     nemesis = Nemesis(args.seed, actions, workdir, args.broker)
     try:
