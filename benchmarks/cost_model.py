@@ -28,25 +28,22 @@ are not counted).
 from __future__ import annotations
 
 import statistics
-import time
-from datetime import datetime, timezone
 
 from harness import (
     CpuMeter,
+    always_on_window,
     argument_parser,
     produce_backlog,
     progress,
     record,
     run_to_end,
     scratch_run,
-    start_producer,
     stateful_rule_set,
 )
 
 from sensorcep.local import simulator
 from sensorcep.observability.monitoring import stop_session
-from sensorcep.pipeline import always_on, registry
-from sensorcep.pipeline.streaming import stop_queries
+from sensorcep.pipeline import registry
 from sensorcep.rules import catalog
 from sensorcep.rules.model import load_rules
 from sensorcep.runtime import get_spark
@@ -101,19 +98,7 @@ def breakdown(progress: list[dict]) -> dict[str, float]:
 def per_batch(spark, settings, args, clock: CpuMeter) -> tuple[dict[str, dict], float]:
     """Every query running with a trickle arriving: each query's share of the pipeline's CPU per batch and its batch
     time broken down, and the cores the whole pipeline used."""
-    tasks = [always_on.start_task(spark, task, settings) for task in always_on.TASKS]
-    running = [q for task in tasks for q in task.queries]
-    # the producer's send log stays unread in its queue, kept referenced while it runs
-    producer, _sent = start_producer(settings, args.trickle, args.idle_seconds + 30)
-    try:
-        time.sleep(30)  # start-up (first batches, Python workers) is not a per-batch cost: measure after it
-        since = datetime.now(timezone.utc)
-        clock.read()
-        time.sleep(args.idle_seconds)
-        cpu = clock.read_spark()
-    finally:
-        stop_queries(spark, running)
-        producer.terminate()
+    cpu, running, since = always_on_window(spark, settings, args.trickle, 30, args.idle_seconds, clock)
     window = {}
     for query in running:
         reports = progress(query, since)

@@ -170,6 +170,31 @@ def start_producer(settings: Settings, rate: int, seconds: float, warmup: float 
     return process, sent
 
 
+def always_on_window(
+    spark, settings: Settings, trickle: int, warmup: float, seconds: float, clock: CpuMeter
+) -> tuple[float, list[StreamingQuery], datetime]:
+    """Every always-on task running while ``trickle`` events/s arrive: Spark's CPU seconds (:meth:`CpuMeter.read_spark`)
+    over ``seconds``, measured after ``warmup`` seconds (first batches and Python workers are start-up, not idling);
+    the queries, stopped; and when the window opened (for their progress reports)."""
+    from sensorcep.pipeline import always_on
+    from sensorcep.pipeline.streaming import stop_queries
+
+    tasks = [always_on.start_task(spark, task, settings) for task in always_on.TASKS]
+    running = [q for task in tasks for q in task.queries]
+    # the producer's send log stays unread in its queue, kept referenced while it runs
+    producer, _sent = start_producer(settings, trickle, warmup + seconds + 30)
+    try:
+        time.sleep(warmup)
+        since = datetime.now(timezone.utc)
+        clock.read()
+        time.sleep(seconds)
+        cpu = clock.read_spark()
+    finally:
+        stop_queries(spark, running)
+        producer.terminate()
+    return cpu, running, since
+
+
 def stateful_rule_set(per_kind: int) -> list:
     """``per_kind`` rules of each stateful kind (rate, count, absence, sequence, baseline), unscoped, with thresholds
     that fire now and then on simulated data."""

@@ -88,6 +88,14 @@ class Settings:
             "such as 10 seconds (keep running)"
         },
     )
+    records_trigger: str = field(
+        default="",
+        metadata={
+            "doc": "while trigger is an interval: the interval of the queries whose output nobody waits on "
+            "(sampling, device_activity, anomalies: tables, no alert), when longer; each micro-batch costs CPU "
+            "whatever its rows, so a quiet fleet costs less (docs/triggers.md); empty: trigger"
+        },
+    )
     window_duration: str = field(
         default="60 seconds",
         metadata={"doc": "length of the sliding event-time windows 02 samples"},
@@ -222,6 +230,14 @@ class Settings:
             object.__setattr__(self, name, canonical_trigger(getattr(self, name)))
 
     @property
+    def records_query_trigger(self) -> str:
+        """The trigger of the record-keeping queries (``records_trigger``): ``trigger`` when it runs to the end or
+        ``records_trigger`` is empty, else the longer of the two intervals."""
+        if self.runs_to_end or not self.records_trigger:
+            return self.trigger
+        return max(self.trigger, self.records_trigger, key=parse_duration)
+
+    @property
     def runs_to_end(self) -> bool:
         """The micro-batch ``trigger`` drains what is there and stops (``availableNow``, ``once``): a batch job."""
         return trigger_runs_to_end(self.trigger)
@@ -269,6 +285,11 @@ class Settings:
         if is_realtime(self.trigger):
             raise SettingsError("trigger: real-time mode runs stateless queries only; it is for alerts_trigger")
         parse_trigger(self.alerts_trigger)
+        if self.records_trigger and _trigger_kinds(self.records_trigger) != {"processingTime"}:
+            raise SettingsError(
+                "records_trigger must be an interval such as 1 minute (or empty: trigger), "
+                f"not {self.records_trigger!r}"
+            )
         if self.partitions < 1:
             raise SettingsError("partitions must be >= 1")
         if self.max_offsets_per_trigger < 0:
@@ -475,6 +496,14 @@ def parse_trigger(text: str) -> dict:
             )
         return {"realTime": spark_interval(parse_duration(interval, "realtime trigger"))}
     return {"processingTime": spark_interval(parse_duration(text, "trigger"))}
+
+
+def _trigger_kinds(text: str) -> set[str]:
+    """What kind of trigger ``text`` is (``{"processingTime"}``, ...); empty when it is none."""
+    try:
+        return set(parse_trigger(text))
+    except SettingsError:
+        return set()
 
 
 def is_realtime(trigger: str) -> bool:

@@ -22,6 +22,7 @@ def _params(settings) -> dict[str, str]:
         "acks_topic": settings.acks_topic,
         "base_path": settings.base_path,
         "trigger": "2 seconds",
+        "records_trigger": "4 seconds",  # the table-only queries at their own, longer interval
         "alerts_trigger": "realtime:5 seconds",
         "max_offsets_per_trigger": "2000",
     }

@@ -403,6 +403,7 @@ class Nemesis:
                 "alerts_topic",
                 "acks_topic",
                 "trigger",
+                "records_trigger",  # empty: every query at trigger, as the drain's timing assumes
                 "alerts_trigger",
                 "ack_timeout",
                 "device_timeout",

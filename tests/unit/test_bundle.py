@@ -150,6 +150,7 @@ DEPLOYED_DIFFERENTLY = {
     "tuning_preset": "04 on a cluster runs the full matrix; the laptop's default is the quick one",
     "kafka_bootstrap_servers": "required: no placeholder broker (bundle validate names it)",
     "catalog": "required: newer workspaces have no `main` catalog",
+    "records_trigger": "the always-on job keeps tables at 1 minute to idle cheaply; a laptop's run goes at `trigger`",
 }
 
 

@@ -35,6 +35,8 @@ def test_every_query_is_declared_once_with_its_task_trigger_setting_and_pool():
         "notifier": "alert_records",
     }
     assert [name for name, q in declared.items() if q.trigger_setting == "alerts_trigger"] == ["alerts"]
+    records = [name for name, q in declared.items() if q.trigger_setting == "records_trigger"]
+    assert records == ["device_activity", "sampling", "anomalies"], "tables only: no alert waits on them"
     assert {q.pool for q in declared.values()} == {None, "sampling", "alerts"}
     assert all(q.start.__name__.startswith("start_") for q in declared.values())
     reloads = {name: q.reload_when.__module__ for name, q in declared.items() if q.reload_when}
@@ -97,7 +99,23 @@ def test_each_query_writes_named_tables_and_topics_only():
 def test_declarations_refuse_what_the_project_cannot_run():
     with pytest.raises(ValueError, match="task must be one of"):
         queries.declare("x", task="nightly", writes="sensor_samples")
-    with pytest.raises(ValueError, match="trigger_setting must be trigger or alerts_trigger"):
+    with pytest.raises(ValueError, match="trigger_setting must be one of"):
         queries.declare("x", task="ingest", writes="sensor_samples", trigger_setting="sometimes")
     with pytest.raises(queries.UnknownQueryError, match="no query named 'ingets'; the project's queries: ingest, "):
         registry.query("ingets")
+
+
+def test_record_keeping_queries_run_at_records_trigger_and_the_rest_at_trigger():
+    streaming = Settings(trigger="10 seconds", records_trigger="1 minute")
+    triggers = {name: q.trigger(streaming) for name, q in registry.registry().items()}
+    assert triggers == {
+        **{name: "10 seconds" for name in triggers},
+        "alerts": "realtime",
+        "device_activity": "1 minute",
+        "sampling": "1 minute",
+        "anomalies": "1 minute",
+    }
+    # a job that runs to the end runs every micro-batch query to the end; an interval never runs faster than trigger
+    assert registry.query("sampling").trigger(streaming.replace(trigger="availableNow")) == "availableNow"
+    assert registry.query("sampling").trigger(streaming.replace(trigger="5 minutes")) == "5 minutes"
+    assert registry.query("sampling").trigger(streaming.replace(records_trigger="")) == "10 seconds"

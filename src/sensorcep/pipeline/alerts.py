@@ -180,9 +180,10 @@ def merge_anomalies_batch(settings: Settings):
     return write
 
 
-@queries.declare(ANOMALIES_QUERY, task="alert_records", writes="anomalies")
+@queries.declare(ANOMALIES_QUERY, task="alert_records", writes="anomalies", trigger_setting="records_trigger")
 def start_anomalies(spark: SparkSession, settings: Settings, *, wait: bool = True):
-    """Run (availableNow) or start (``trigger``) the query recording alerts in ``anomalies``, off the latency path."""
+    """Run (availableNow) or start (``records_trigger``) the query recording alerts in ``anomalies``, off the latency
+    path."""
 
     return launch(
         read_alerts(spark, settings),

@@ -153,6 +153,7 @@ QUERY = "device_activity"
     QUERY,
     task="sampling_state",
     writes="device_status, late_events",
+    trigger_setting="records_trigger",
     pool="sampling",
     reads_bronze=True,
     fixed_settings="watermark_delay, device_timeout",

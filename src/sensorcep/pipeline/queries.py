@@ -9,11 +9,11 @@ A query is declared by decorating its start function in its pipeline module::
 
 The declaration (:class:`Query`, on the function as ``.query``) holds the query's name (its checkpoint folder and
 ``stream_progress.query_name``), the always-on task that runs it (the bundle's ``task_key``), which setting gives its
-trigger (``trigger`` or ``alerts_trigger``), its FAIR pool, the tables and topics it writes (checked against
-:data:`sensorcep.settings.TABLES`), whether it reads ``bronze_events`` (then it waits for ingest to create it), and
-what it compiles in when it starts (``reload_when``: the always-on job restarts it when that changes, e.g. the rules),
-and the settings its checkpoint's state is bound to (``fixed_settings``: a restart with another value is refused,
-:mod:`sensorcep.pipeline.checkpoint_settings`).
+trigger (``trigger``, ``alerts_trigger`` or ``records_trigger``), its FAIR pool, the tables and topics it writes
+(checked against :data:`sensorcep.settings.TABLES`), whether it reads ``bronze_events`` (then it waits for ingest to
+create it), and what it compiles in when it starts (``reload_when``: the always-on job restarts it when that changes,
+e.g. the rules), and the settings its checkpoint's state is bound to (``fixed_settings``: a restart with another value
+is refused, :mod:`sensorcep.pipeline.checkpoint_settings`).
 
 :mod:`sensorcep.pipeline.registry` lists the pipeline modules once and collects their declarations: starting
 (:func:`sensorcep.pipeline.streaming.launch` takes the declaration itself), the always-on job, the local runner,
@@ -29,6 +29,9 @@ from dataclasses import dataclass
 from sensorcep.errors import SensorCepError
 from sensorcep.settings import TABLES, Settings
 
+#: the settings a query's trigger comes from: ``trigger`` (default), ``alerts_trigger`` (the real-time alert query),
+#: ``records_trigger`` (queries whose output nobody waits on: :attr:`Settings.records_query_trigger`)
+TRIGGER_SETTINGS = ("trigger", "alerts_trigger", "records_trigger")
 #: the topics a query may write besides tables (``writes="alerts topic"``)
 TOPICS = ("alerts topic", "escalations topic")
 
@@ -57,6 +60,8 @@ class Query:
 
     def trigger(self, settings: Settings) -> str:
         """The trigger this query runs with under ``settings``."""
+        if self.trigger_setting == "records_trigger":
+            return settings.records_query_trigger
         return getattr(settings, self.trigger_setting)
 
     @property
@@ -81,8 +86,8 @@ def declare(
     ``writes``: the tables (names of :data:`sensorcep.settings.TABLES`) and topics (:data:`TOPICS`) it writes,
     comma-separated; anything else is refused here, when the module is imported. ``fixed_settings``: the
     :class:`Settings` fields its checkpoint is bound to, comma-separated."""
-    if trigger_setting not in ("trigger", "alerts_trigger"):
-        raise ValueError(f"query {name}: trigger_setting must be trigger or alerts_trigger, not {trigger_setting!r}")
+    if trigger_setting not in TRIGGER_SETTINGS:
+        raise ValueError(f"query {name}: trigger_setting must be one of {TRIGGER_SETTINGS}, not {trigger_setting!r}")
     if task not in TASK_ORDER:
         raise ValueError(f"query {name}: task must be one of {TASK_ORDER}, not {task!r}")
     written = tuple(w.strip() for w in writes.split(",") if w.strip())

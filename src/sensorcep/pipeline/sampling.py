@@ -274,6 +274,7 @@ QUERY = "sampling"
     QUERY,
     task="sampling_state",
     writes="sensor_samples, late_events",
+    trigger_setting="records_trigger",
     pool="sampling",
     reads_bronze=True,
     fixed_settings="window_duration, slide_duration, watermark_delay, sample_scope",

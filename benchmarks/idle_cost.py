@@ -1,0 +1,94 @@
+"""What the always-on job burns while the fleet is quiet: every query of every always-on task running, a trickle of
+events arriving, the CPU over a window. Two configurations side by side, in one run on the same machine:
+
+* ``every query at trigger``: every micro-batch query at ``--trigger`` (``records_trigger`` empty, the job until
+  records_trigger existed);
+* ``tables at records_trigger``: sampling, device activity and anomalies (their output is tables nobody waits on) at
+  ``--records-trigger``, the rest at ``--trigger``, as the bundle deploys it.
+
+    make broker-up
+    .venv/bin/python benchmarks/idle_cost.py                       # ~8 minutes
+    .venv/bin/python benchmarks/idle_cost.py --trigger "5 seconds" --idle-seconds 60
+
+CPU is that of the Spark JVM, its Python workers and this driver (psutil), read after ``--warmup`` seconds (the
+queries' first batches and Python workers are start-up, not idling) and again ``--idle-seconds`` later; the producer
+and the broker are not counted. Figures: each configuration's cores and core-seconds per ``--trigger`` round, and its
+ratio to the first; a table of each query's micro-batches in the window and their median duration.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from harness import CpuMeter, always_on_window, argument_parser, progress, record, scratch_run, stateful_rule_set
+
+from sensorcep.observability.monitoring import stop_session
+from sensorcep.rules import catalog
+from sensorcep.rules.model import load_rules
+from sensorcep.runtime import get_spark
+from sensorcep.settings import parse_duration
+
+#: the configurations compared, by name: the records_trigger each runs with (None: ``--records-trigger``)
+CONFIGURATIONS = {"every query at trigger": "", "tables at records_trigger": None}
+
+
+def idle(spark, settings, args, clock: CpuMeter) -> tuple[float, list[dict]]:
+    """Every always-on task running while a trickle arrives: the cores they used over the window, and each query's
+    batches in it."""
+    cpu, running, since = always_on_window(spark, settings, args.trickle, args.warmup, args.idle_seconds, clock)
+    rows = []
+    for query in running:
+        reports = progress(query, since)
+        durations = [p["batchDuration"] for p in reports]
+        rows.append(
+            {
+                "query": query.name,
+                "batches": len(reports),
+                "median batch ms": statistics.median(durations) if durations else 0,
+            }
+        )
+    return cpu / args.idle_seconds, rows
+
+
+def main() -> None:
+    parser = argument_parser(__doc__)
+    parser.add_argument("--trigger", default="10 seconds", help="the micro-batch queries' trigger (the bundle's)")
+    parser.add_argument("--records-trigger", default="1 minute", help="the table-only queries' trigger (the bundle's)")
+    parser.add_argument("--alerts-trigger", default="realtime", help="the alert query's trigger (the bundle's)")
+    parser.add_argument("--trickle", type=int, default=20, help="events/s while measuring")
+    parser.add_argument("--warmup", type=int, default=40, help="seconds before the window opens")
+    parser.add_argument("--idle-seconds", type=int, default=120, help="how long the window measures")
+    args = parser.parse_args()
+    if parse_duration(args.idle_seconds) < parse_duration(args.records_trigger):
+        parser.error("--idle-seconds must cover at least one --records-trigger interval")
+
+    spark = get_spark()
+    clock = CpuMeter()
+    figures, table = {}, []
+    for number, (name, records_trigger) in enumerate(CONFIGURATIONS.items()):
+        records_trigger = args.records_trigger if records_trigger is None else records_trigger
+        print(f"\n{name}: trigger {args.trigger}, records_trigger {records_trigger or '(trigger)'}", flush=True)
+        with scratch_run(
+            "idle",
+            ("events", "alerts", "acks"),
+            schema=f"idle_{number}",  # the session's catalog still names the first run's tables at their old folder
+            trigger=args.trigger,
+            records_trigger=records_trigger,
+            alerts_trigger=args.alerts_trigger,
+        ) as settings:
+            catalog.apply_rules(spark, settings, [*load_rules(), *stateful_rule_set(1)])
+            cores, rows = idle(spark, settings, args, clock)
+        figures[f"cores: {name} (cores)"] = cores
+        figures[f"per {args.trigger} round: {name} (core-s)"] = cores * parse_duration(args.trigger)
+        table += [{"configuration": name, **row} for row in rows]
+        print(f"  {cores:.2f} cores, {cores * parse_duration(args.trigger):.1f} core-s per {args.trigger} round")
+        for row in rows:
+            print(f"  {row['query']:16} {row['batches']:3} batches, median {row['median batch ms']:8,.0f} ms")
+    stop_session(spark)
+    figures["trickle (events/s)"] = args.trickle
+    figures["window (s)"] = args.idle_seconds
+    record("idle_cost", figures, table, baseline="every query at trigger")
+
+
+if __name__ == "__main__":
+    main()
