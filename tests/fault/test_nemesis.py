@@ -55,7 +55,13 @@ SUITE_PER_CHUNK = 20
 def test_every_kind_of_kill_point_is_reached_and_loses_nothing_and_doubles_nothing(spark, tmp_path):
     actions = suite_plan(SEED)
     nemesis = Nemesis(
-        seed=SEED, actions=actions, workdir=tmp_path, bootstrap=OWN_BROKER, per_chunk=SUITE_PER_CHUNK, whole_job=False
+        seed=SEED,
+        actions=actions,
+        workdir=tmp_path,
+        bootstrap=OWN_BROKER,
+        per_chunk=SUITE_PER_CHUNK,
+        whole_job=False,
+        stateful=False,
     )
     try:  # the broker stays up until the verdict has read the topics
         outcomes = nemesis.run()

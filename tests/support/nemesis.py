@@ -19,7 +19,7 @@ progress, not by time:
                 while another process runs the job's other tasks: they must go on writing, and the task, started again,
                 goes on where its checkpoint left off (``make nightly``'s chain).
 
-Then the run alive at the end (else a fresh one) drains everything with no fault, and :func:`verify` checks exact
+Then the run alive at the end (else a fresh one) drains everything with no fault, and :func:`judge` checks exact
 equality against what the producer got acknowledged and against the oracle. ``tests/fault/test_nemesis.py`` runs it
 in the suite; for release checks::
 
@@ -45,13 +45,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the support package
 from sensorcep.local import broker  # noqa: E402
 from sensorcep.pipeline import alerts  # noqa: E402
 from sensorcep.settings import Settings  # noqa: E402
 from support.nemesis_driver import DRAIN_FLAG  # noqa: E402
-from support.oracle import reference_samples  # noqa: E402
+from support.oracle import reference_samples, stateful_rule_alerts  # noqa: E402
 from support.streams import delta_frame, oracle_rows, sample_tuples, topic_end_offsets, topic_records  # noqa: E402
 
 DRIVER = Path(__file__).with_name("nemesis_driver.py")
@@ -74,9 +75,10 @@ WRITES = [
     ("anomalies", "anomalies"),
     ("alert_lifecycle", "alert_events"),
     ("alert_lifecycle", "alert_escalations"),
+    ("stateful_rules", "device_baselines"),  # the nightly chain's fleet runs stateful rules (Nemesis.stateful)
 ]
-CHECKPOINTED = ["ingest", "sampling", "device_activity", "anomalies", "alert_lifecycle"]
-STATEFUL = ["sampling", "device_activity", "alert_lifecycle"]
+CHECKPOINTED = ["ingest", "sampling", "device_activity", "stateful_rules", "anomalies", "alert_lifecycle"]
+STATEFUL = ["sampling", "device_activity", "stateful_rules", "alert_lifecycle"]
 POINT_KINDS = ("before", "after", "offset_log", "commit_log", "state_commit", "delta_checkpoint")
 #: what the suite's run visits: one point of every kind, on a seeded target, at its first non-empty commit (each run of
 #: the job costs minutes on 2 cores); the nightly chain draws from every point, K up to 12 (past a Delta checkpoint)
@@ -88,6 +90,17 @@ SUITE = {
     "state_commit": ["alert_lifecycle"],
     "delta_checkpoint": ["bronze_events"],
 }
+#: the stateful rules the nightly chain's fleet runs under faults, one of each kind that keeps per-device state in
+#: event time, tuned to the fleet (20 devices, about two events a minute each, sensor_freq 0-100, 7% negative)
+STATEFUL_RULES = [
+    {"id": "surge", "kind": "rate", "field": "sensor_freq", "op": ">", "value": 2.0},
+    {"id": "repeat_negative", "kind": "count", "field": "sensor_freq", "op": "<", "value": 0.0, "at_least": 2,
+     "within": "5 minutes"},
+    {"id": "quiet", "kind": "absence", "within": "2 minutes"},
+    {"id": "high_then_low", "kind": "sequence", "first": {"field": "sensor_freq", "op": ">", "value": 95.0},
+     "then": {"field": "sensor_freq", "op": "<", "value": 5.0}, "within": "2 minutes"},
+    {"id": "odd", "kind": "baseline", "field": "sensor_freq", "k": 2.0, "span": 10, "min_events": 5},
+]  # fmt: skip
 KILLS = ("point", "sink", "moment", "broker", "task")
 #: the task a ``task`` action kills alone: the one Databricks runs on a cluster of its own
 ALONE = "alerts"
@@ -145,7 +158,7 @@ def plan(seed: int, kills: int) -> list[Action]:
             where = rng.choice(POINT_KINDS)
             targets = {"before": WRITES, "after": WRITES, "state_commit": STATEFUL}.get(where, CHECKPOINTED)
             if where == "delta_checkpoint":
-                targets = sorted({table for _, table in WRITES} - {"alert_escalations", "device_status"})
+                targets = sorted({t for _, t in WRITES} - {"alert_escalations", "device_status", "device_baselines"})
             actions.append(
                 Action(
                     kind, _point(where, rng.choice(targets), 1 if where == "delta_checkpoint" else rng.randint(1, 12))
@@ -375,6 +388,9 @@ class Nemesis:
     #: alone is how Databricks runs the real-time alert task, on a cluster of its own); every other action's run, the
     #: sink kill's included, starts the whole job
     whole_job: bool = True
+    #: the fleet also runs :data:`STATEFUL_RULES` (the nightly chain), so the stateful rules query runs under faults
+    #: and the verdict judges its alerts and ``device_baselines``; the suite's run keeps the packaged rule only
+    stateful: bool = True
     outcomes: list[tuple[str, str]] = field(default_factory=list)
     reached: list[str] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)
@@ -393,6 +409,11 @@ class Nemesis:
             device_timeout="3 minutes",
             max_offsets_per_trigger=2_000,
         )
+        if self.stateful:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            rules_file = self.workdir / "rules.yaml"
+            rules_file.write_text(yaml.safe_dump({"rules": [*packaged_rules(), *STATEFUL_RULES]}))
+            self.settings = self.settings.replace(rules_file=str(rules_file))
         self.params = {
             name: str(getattr(self.settings, name))
             for name in (
@@ -408,6 +429,7 @@ class Nemesis:
                 "ack_timeout",
                 "device_timeout",
                 "max_offsets_per_trigger",
+                "rules_file",
             )
         }
         self.fleet = Fleet(self.seed, per_chunk=self.per_chunk)
@@ -588,6 +610,7 @@ JUDGED = {
     "alert_escalations": ["alert_id"],
     "alert_events": ["event_id", *TRANSITION_COLUMNS, "batch_id"],
     "device_status": ["device_id", "status_event", "status", "changed_at", "event_count"],
+    "device_baselines": ["device_id", "rule_id", "rule_version", "events", "mean", "spread", "as_of", "batch_id"],
     "stream_progress": ["query_name", "batch_id", "rows_dropped_by_watermark"],
 }
 
@@ -624,14 +647,9 @@ class Drained:
         return dataclasses.replace(self, tables={**self.tables, table: frame})
 
 
-def verify(settings: Settings, acknowledged: dict) -> dict[str, int]:
-    """Exact checks over the drained tables and topics; raises AssertionError naming the first difference. Returns
-    counts."""
-    return judge(settings, Drained.read(settings), acknowledged)
-
-
 def judge(settings: Settings, drained: Drained, acknowledged: dict) -> dict[str, int]:
-    """:func:`verify`'s checks over what was read (:class:`Drained`)."""
+    """Exact checks over the drained tables and topics (what :class:`Drained` read); raises AssertionError naming the
+    first difference. Returns counts."""
     in_topic = {(p, o) for p, o, _, _ in drained.events}
     assert set(acknowledged) <= in_topic, "an acknowledged record is not in the topic"
     where: dict[tuple, str] = {}
@@ -686,6 +704,8 @@ def judge(settings: Settings, drained: Drained, acknowledged: dict) -> dict[str,
         alerts.alert_id(d, pd.Timestamp(t).value // 1000, rule)
         for d, t in zip(anomalous.device_id, anomalous.event_time, strict=True)
     }
+    stateful = _judge_stateful_rules(settings, drained, bronze, late)
+    expected_ids |= stateful
     anomalies = drained.frame("anomalies")
     assert not anomalies.alert_id.duplicated().any(), "anomalies: an alert_id twice"
     assert set(anomalies.alert_id) == expected_ids, "anomalies differ from the anomalous events in bronze"
@@ -730,6 +750,7 @@ def judge(settings: Settings, drained: Drained, acknowledged: dict) -> dict[str,
         "samples": len(got),
         "anomalies": len(expected_ids),
         "escalations": len(escalations),
+        "stateful_alerts": len(stateful),
     }
 
 
@@ -779,6 +800,62 @@ def _judge_lifecycle(settings: Settings, anomalies: pd.DataFrame, late: pd.DataF
         f"alert_events differ from the lifecycle over the alerts it took: {len(got)} rows, {len(want)} expected, "
         f"e.g. {differ[:3]}"
     )
+
+
+def _judge_stateful_rules(settings: Settings, drained: Drained, bronze: pd.DataFrame, late: pd.DataFrame) -> set[str]:
+    """The stateful rules' alerts on the alerts topic are exactly what the rules fire (``support.oracle``) over the
+    events the query took (bronze less its own ``late_events``), up to the watermark it last applied (its checkpoint's
+    offset log); ``device_baselines`` holds no row twice. Returns their alert ids (none when the fleet runs only the
+    packaged rule)."""
+    from sensorcep.pipeline import checkpoint_log
+
+    if not settings.rules_file:
+        return set()
+    rules = [r for r in yaml.safe_load(Path(settings.rules_file).read_text())["rules"] if r["id"] in STATEFUL_IDS]
+    baselines = drained.frame("device_baselines")
+    doubled = baselines[baselines.duplicated(keep=False)]
+    assert doubled.empty, f"device_baselines: {len(doubled)} rows twice, e.g. {doubled.values[:2].tolist()}"
+    checkpoint = settings.checkpoint_path("stateful_rules")
+    last = checkpoint_log.last_committed(checkpoint)
+    assert last is not None, "the stateful rules query never committed a batch"
+    mark_ms = checkpoint_log.watermark_ms(None, checkpoint, last)
+    own_late = late[late["query"] == settings.query_name("stateful_rules")]
+    key = ["device_id", "event_time"]
+    took = bronze.merge(own_late[key], on=key, how="left", indicator=True)
+    took = took[took._merge == "left_only"]
+    events = pd.DataFrame(
+        {
+            "device_id": took.device_id,
+            "sensor_freq": took.sensor_freq.astype("float64"),
+            "event_time_us": took.event_time.map(_us),
+        }
+    )
+    want = stateful_rule_alerts(events, rules, mark_ms)
+    sent = [json.loads(v) for _, _, _, v in drained.alerts]
+    got = {(a["alert_id"], a["rule_id"]) for a in sent if a["rule_id"] in STATEFUL_IDS}
+    assert got == want, (
+        f"the stateful rules' alerts differ from the oracle over the events the query took: {len(got - want)} sent "
+        f"that should not be, {len(want - got)} never sent, e.g. {sorted(got ^ want)[:3]}"
+    )
+    assert want, "the stateful rules fired nothing: the fleet does not exercise them"
+    return {alert_id for alert_id, _ in want}
+
+
+STATEFUL_IDS = {r["id"] for r in STATEFUL_RULES}
+
+
+def _without_one_stateful_alert(drained: Drained) -> Drained:
+    """The drained topics with one stateful rule's alert gone (every copy of it): an alert the query never sent."""
+    ids = [json.loads(v)["alert_id"] for _, _, _, v in drained.alerts if json.loads(v)["rule_id"] in STATEFUL_IDS]
+    gone = min(ids)
+    return dataclasses.replace(drained, alerts=[a for a in drained.alerts if json.loads(a[3])["alert_id"] != gone])
+
+
+def packaged_rules() -> list[dict]:
+    """The packaged rule set, as YAML rules (the fleet's anomalies fire its ``negative_frequency``)."""
+    from importlib import resources
+
+    return yaml.safe_load(resources.files("sensorcep.rules").joinpath("alert_rules.yaml").read_text())["rules"]
 
 
 #: the queries that keep their late input rows in ``late_events``
@@ -857,8 +934,20 @@ def main() -> None:
     nemesis = Nemesis(args.seed, actions, workdir, args.broker)
     try:
         nemesis.run()
-        counts = verify(nemesis.settings, nemesis.acknowledged)
+        drained = Drained.read(nemesis.settings)
+        counts = judge(nemesis.settings, drained, nemesis.acknowledged)
         print(json.dumps(counts))
+        if nemesis.stateful:  # the verifier of the stateful rules: a lost alert must fail it, naming the loss
+            lost_one = _without_one_stateful_alert(drained)
+            try:
+                judge(nemesis.settings, lost_one, nemesis.acknowledged)
+            except AssertionError as failed:
+                assert "1 never sent" in str(failed), (
+                    f"the planted loss failed the verdict for another reason: {failed}"
+                )
+                print("planted: a stateful rule's alert lost: the verdict failed, as it must")
+            else:
+                raise AssertionError("a stateful rule's alert lost, and the verdict passed")
         print(f"reached {len(nemesis.reached)} points: {', '.join(nemesis.reached)}")
         assert not nemesis.missed, f"points not reached: {', '.join(nemesis.missed)}"
         print(f"✔ {len(actions)} actions, seed {args.seed}: every record accounted for, samples equal the oracle")
