@@ -35,6 +35,14 @@ def test_every_query_is_declared_once_with_its_task_trigger_setting_and_pool():
         "notifier": "alert_records",
     }
     assert [name for name, q in declared.items() if q.trigger_setting == "alerts_trigger"] == ["alerts"]
+    rewritten = {name: q.rewritten_from_start for name, q in declared.items() if q.rewritten_from_start}
+    assert rewritten == {
+        "device_activity": ("device_status",),
+        "sampling": ("sensor_samples",),
+        "stateful_rules": ("device_baselines",),
+        "alert_lifecycle": ("alert_events",),
+        "notifier": ("notifications",),
+    }, "appends from the input's start: a new checkpoint is refused over their rows (ingest and MERGEs re-run safely)"
     records = [name for name, q in declared.items() if q.trigger_setting == "records_trigger"]
     assert records == ["device_activity", "sampling", "anomalies"], "tables only: no alert waits on them"
     assert {q.pool for q in declared.values()} == {None, "sampling", "alerts"}
@@ -99,6 +107,8 @@ def test_each_query_writes_named_tables_and_topics_only():
 def test_declarations_refuse_what_the_project_cannot_run():
     with pytest.raises(ValueError, match="task must be one of"):
         queries.declare("x", task="nightly", writes="sensor_samples")
+    with pytest.raises(ValueError, match="rewritten_from_start names tables it does not write"):
+        queries.declare("x", task="ingest", writes="sensor_samples", rewritten_from_start="bronze_events")
     with pytest.raises(ValueError, match="trigger_setting must be one of"):
         queries.declare("x", task="ingest", writes="sensor_samples", trigger_setting="sometimes")
     with pytest.raises(queries.UnknownQueryError, match="no query named 'ingets'; the project's queries: ingest, "):

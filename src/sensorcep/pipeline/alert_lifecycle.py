@@ -329,6 +329,7 @@ def write_transitions_batch(settings: Settings):
     QUERY,
     task="alert_records",
     writes="alert_events, alert_escalations, quarantine_events, escalations topic, late_events",
+    rewritten_from_start="alert_events",
     pool="alerts",
     reload_when=catalog.fingerprint,
     fixed_settings="watermark_delay, ack_timeout",

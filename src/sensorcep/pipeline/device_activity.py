@@ -157,6 +157,7 @@ QUERY = "device_activity"
     pool="sampling",
     reads_bronze=True,
     fixed_settings="watermark_delay, device_timeout",
+    rewritten_from_start="device_status",
 )
 def start_device_activity(spark, settings: Settings, *, wait: bool = True, events: DataFrame | None = None):
     """Run (availableNow) or start the device activity query: events (default: ``bronze_events`` as a Delta stream)

@@ -334,7 +334,12 @@ def flush_ledger(settings: Settings, timeout_s: float = 60.0) -> None:
 
 
 @queries.declare(
-    QUERY, task="alert_records", writes="notifications", pool="alerts", reload_when=routes_catalog.fingerprint
+    QUERY,
+    task="alert_records",
+    writes="notifications",
+    pool="alerts",
+    reload_when=routes_catalog.fingerprint,
+    rewritten_from_start="notifications",
 )
 def start_notifier(spark: SparkSession, settings: Settings, *, wait: bool = True):
     """``alert_events`` -> the routes' receivers and ``notifications`` (micro-batches, ``trigger``); None when

@@ -57,6 +57,9 @@ class Query:
     reload_when: Callable | None = None
     #: settings its checkpoint's state is built under: a restart with another value is refused
     fixed_settings: tuple[str, ...] = ()
+    #: tables only it writes, by appends, from its input's start: a start on a new checkpoint (reset, or deleted)
+    #: while one of them holds rows would write them all again, and is refused (``streaming.refuse_reset``)
+    rewritten_from_start: tuple[str, ...] = ()
 
     def trigger(self, settings: Settings) -> str:
         """The trigger this query runs with under ``settings``."""
@@ -80,12 +83,14 @@ def declare(
     reads_bronze: bool = False,
     reload_when: Callable | None = None,
     fixed_settings: str = "",
+    rewritten_from_start: str = "",
 ):
     """Decorator: declare the query ``name`` that the decorated function starts (the function's ``.query``).
 
     ``writes``: the tables (names of :data:`sensorcep.settings.TABLES`) and topics (:data:`TOPICS`) it writes,
     comma-separated; anything else is refused here, when the module is imported. ``fixed_settings``: the
-    :class:`Settings` fields its checkpoint is bound to, comma-separated."""
+    :class:`Settings` fields its checkpoint is bound to, comma-separated. ``rewritten_from_start``: the tables of
+    ``writes`` that a new checkpoint would write again (:attr:`Query.rewritten_from_start`)."""
     if trigger_setting not in TRIGGER_SETTINGS:
         raise ValueError(f"query {name}: trigger_setting must be one of {TRIGGER_SETTINGS}, not {trigger_setting!r}")
     if task not in TASK_ORDER:
@@ -103,8 +108,14 @@ def declare(
     if not_settings:
         raise ValueError(f"query {name}: fixed_settings names {', '.join(map(repr, not_settings))}, not settings")
 
+    rewritten = tuple(t.strip() for t in rewritten_from_start.split(",") if t.strip())
+    if not set(rewritten) <= set(written) & set(TABLES):
+        raise ValueError(f"query {name}: rewritten_from_start names tables it does not write: {rewritten}")
+
     def register(start: Callable) -> Callable:
-        start.query = Query(name, start, task, written, trigger_setting, pool, reads_bronze, reload_when, fixed)
+        start.query = Query(
+            name, start, task, written, trigger_setting, pool, reads_bronze, reload_when, fixed, rewritten
+        )
         return start
 
     return register

@@ -278,6 +278,7 @@ QUERY = "sampling"
     pool="sampling",
     reads_bronze=True,
     fixed_settings="window_duration, slide_duration, watermark_delay, sample_scope",
+    rewritten_from_start="sensor_samples",
 )
 def start_sampling(spark, settings: Settings, *, wait: bool = True, events: DataFrame | None = None):
     """Run (availableNow) or start the sampling query: events -> ``sensor_samples`` (idempotent per batch).

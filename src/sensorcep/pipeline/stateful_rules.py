@@ -233,6 +233,7 @@ def send_alerts(settings: Settings, rules: list[VersionedRule]):
     reads_bronze=True,
     reload_when=catalog.fingerprint,
     fixed_settings="watermark_delay",
+    rewritten_from_start="device_baselines",
 )
 def start_stateful_rules(
     spark: SparkSession, settings: Settings, *, wait: bool = True, events: DataFrame | None = None

@@ -186,6 +186,45 @@ def explain_failure(query: StreamingQuery, error: BaseException) -> BaseExceptio
     )
 
 
+class CheckpointResetError(SensorCepError, RuntimeError):
+    """A query started on a new checkpoint while the tables it rewrites from its input's start hold rows."""
+
+
+def refuse_reset(spark: SparkSession, settings: Settings, declared: Query) -> None:
+    """Refuse to start ``declared`` on a new checkpoint (none yet, or reset: no id of Spark's, so a new Delta writer id,
+    :func:`writer_id`) while a table it rewrites from its input's start (:attr:`Query.rewritten_from_start`) holds
+    rows: it would read bronze (or the topic) from the start and append every row again. A restart on the checkpoint
+    (its id kept, also after a kill before its first commit) goes on: Delta skips the batches it wrote."""
+    if not declared.rewritten_from_start or checkpoint_id(settings, declared.name) is not None:
+        return
+    lake = Tables(spark, settings)
+    held = [name for name in declared.rewritten_from_start if lake.exists(name) and not lake.read(name).isEmpty()]
+    if held:
+        tables = ", ".join(str(lake[name]) for name in held)
+        raise CheckpointResetError(
+            f"query {settings.query_name(declared.name)} has no checkpoint at {settings.checkpoint_path(declared.name)}"
+            f", but {tables} already holds rows it wrote through an earlier one: a new checkpoint reads its input from "
+            f"the start and would append them all again. Restore that checkpoint; or, to rebuild from bronze, empty "
+            f"{tables} first (DELETE FROM); or run with another schema."
+        )
+
+
+def checkpoint_id(settings: Settings, query: str) -> str | None:
+    """The id Spark keeps in the query's checkpoint (``metadata``), or None before its first start."""
+    metadata = f"{settings.checkpoint_path(query)}/metadata"
+    try:
+        with open(metadata) as handle:  # local paths and Unity Catalog volumes (/Volumes/...)
+            first = handle.readline()
+    except FileNotFoundError:
+        return None
+    except OSError:  # other file systems: through Spark
+        try:
+            first = SparkSession.active().read.text(metadata).first()[0]
+        except Exception:  # no such file
+            return None
+    return json.loads(first)["id"] if first.strip() else None
+
+
 def checkpoint_exists(settings: Settings, query: str) -> bool:
     """Whether the query has a checkpoint with at least one planned batch (a restart resumes from it)."""
     return bool(checkpoint_log.batches(settings.checkpoint_path(query), "offsets"))
@@ -198,14 +237,11 @@ def writer_id(settings: Settings, query: str, sink: str = "") -> str:
     checkpoint, whose batch ids start at 0 again and must not be taken for replays of the old query's.
     Call it inside ``foreachBatch`` (the checkpoint's ``metadata`` file exists once the query has started).
     """
-    metadata = f"{settings.checkpoint_path(query)}/metadata"
-    try:
-        with open(metadata) as handle:  # local paths and Unity Catalog volumes (/Volumes/...)
-            first = handle.readline()
-    except OSError:  # other file systems: through Spark
-        first = SparkSession.active().read.text(metadata).first()[0]
+    found = checkpoint_id(settings, query)
+    if found is None:
+        raise RuntimeError(f"query {settings.query_name(query)} has not started: its checkpoint has no id yet")
     name = settings.query_name(query) + (f":{sink}" if sink else "")
-    return f"{name}@{json.loads(first)['id']}"
+    return f"{name}@{found}"
 
 
 @contextmanager
@@ -256,6 +292,7 @@ def launch(df: DataFrame, settings: Settings, declared: Query, *, wait: bool, **
     running."""
     checkpoint_settings.check(settings, declared.name, declared.fixed_settings)
     create_tables(df.sparkSession, settings, declared.tables)
+    refuse_reset(df.sparkSession, settings, declared)
     kwargs.setdefault("trigger", declared.trigger(settings))
     if declared.pool:
         kwargs.setdefault("pool", declared.pool)
