@@ -28,9 +28,6 @@ from sensorcep.rules.model import load_rules
 from sensorcep.runtime import get_spark
 from sensorcep.settings import parse_duration
 
-#: the configurations compared, by name: the records_trigger each runs with (None: ``--records-trigger``)
-CONFIGURATIONS = {"every query at trigger": "", "tables at records_trigger": None}
-
 
 def idle(spark, settings, args, clock: CpuMeter) -> tuple[float, list[dict]]:
     """Every always-on task running while a trickle arrives: the cores they used over the window, and each query's
@@ -65,8 +62,9 @@ def main() -> None:
     spark = get_spark()
     clock = CpuMeter()
     figures, table = {}, []
-    for number, (name, records_trigger) in enumerate(CONFIGURATIONS.items()):
-        records_trigger = args.records_trigger if records_trigger is None else records_trigger
+    # the configurations compared, by name: the records_trigger each runs with ("": every query at --trigger)
+    configurations = {"every query at trigger": "", "tables at records_trigger": args.records_trigger}
+    for number, (name, records_trigger) in enumerate(configurations.items()):
         print(f"\n{name}: trigger {args.trigger}, records_trigger {records_trigger or '(trigger)'}", flush=True)
         with scratch_run(
             "idle",

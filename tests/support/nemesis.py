@@ -846,16 +846,18 @@ STATEFUL_IDS = {r["id"] for r in STATEFUL_RULES}
 
 def _without_one_stateful_alert(drained: Drained) -> Drained:
     """The drained topics with one stateful rule's alert gone (every copy of it): an alert the query never sent."""
-    ids = [json.loads(v)["alert_id"] for _, _, _, v in drained.alerts if json.loads(v)["rule_id"] in STATEFUL_IDS]
-    gone = min(ids)
-    return dataclasses.replace(drained, alerts=[a for a in drained.alerts if json.loads(a[3])["alert_id"] != gone])
+    sent = [(record, json.loads(record[3])) for record in drained.alerts]
+    gone = min(alert["alert_id"] for _, alert in sent if alert["rule_id"] in STATEFUL_IDS)
+    return dataclasses.replace(drained, alerts=[record for record, alert in sent if alert["alert_id"] != gone])
 
 
 def packaged_rules() -> list[dict]:
     """The packaged rule set, as YAML rules (the fleet's anomalies fire its ``negative_frequency``)."""
-    from importlib import resources
+    from sensorcep.rules.model import DEFAULT_RULES, RuleError
+    from sensorcep.yaml_files import read_yaml
 
-    return yaml.safe_load(resources.files("sensorcep.rules").joinpath("alert_rules.yaml").read_text())["rules"]
+    document, _ = read_yaml(None, what="rules", package="sensorcep.rules", default=DEFAULT_RULES, error=RuleError)
+    return document["rules"]
 
 
 #: the queries that keep their late input rows in ``late_events``

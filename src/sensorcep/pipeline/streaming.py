@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -190,15 +191,17 @@ class CheckpointResetError(SensorCepError, RuntimeError):
     """A query started on a new checkpoint while the tables it rewrites from its input's start hold rows."""
 
 
-def refuse_reset(spark: SparkSession, settings: Settings, declared: Query) -> None:
+def refuse_reset(spark: SparkSession, settings: Settings, declared: Query, created: Iterable[str] = ()) -> None:
     """Refuse to start ``declared`` on a new checkpoint (none yet, or reset: no id of Spark's, so a new Delta writer id,
     :func:`writer_id`) while a table it rewrites from its input's start (:attr:`Query.rewritten_from_start`) holds
     rows: it would read bronze (or the topic) from the start and append every row again. A restart on the checkpoint
-    (its id kept, also after a kill before its first commit) goes on: Delta skips the batches it wrote."""
+    (its id kept, also after a kill before its first commit) goes on: Delta skips the batches it wrote. ``created``:
+    tables this start has just created, empty without a read."""
     if not declared.rewritten_from_start or checkpoint_id(settings, declared.name) is not None:
         return
     lake = Tables(spark, settings)
-    held = [name for name in declared.rewritten_from_start if lake.exists(name) and not lake.read(name).isEmpty()]
+    asked = [name for name in declared.rewritten_from_start if name not in set(created)]
+    held = [name for name in asked if lake.exists(name) and not lake.read(name).isEmpty()]
     if held:
         tables = ", ".join(str(lake[name]) for name in held)
         raise CheckpointResetError(
@@ -220,7 +223,9 @@ def checkpoint_id(settings: Settings, query: str) -> str | None:
     except OSError:  # other file systems: through Spark
         try:
             first = SparkSession.active().read.text(metadata).first()[0]
-        except Exception:  # no such file
+        except AnalysisException as error:
+            if "PATH_NOT_FOUND" not in str(error):
+                raise
             return None
     return json.loads(first)["id"] if first.strip() else None
 
@@ -275,15 +280,16 @@ _created: set[tuple] = set()
 _created_lock = threading.Lock()
 
 
-def create_tables(spark: SparkSession, settings: Settings, names: Iterable[str]) -> None:
+def create_tables(spark: SparkSession, settings: Settings, names: Iterable[str]) -> list[str]:
     """Create the tables a query writes before it starts (:meth:`sensorcep.io.lake.Tables.create`), once per session
-    and table location: four queries write ``late_events``, and none of them may be the one to create it."""
+    and table location: four queries write ``late_events``, and none of them may be the one to create it. Returns the
+    tables this call created."""
     where = (session_key(spark), settings.base_path, settings.tables, settings.catalog, settings.schema)
     with _created_lock:
         missing = [name for name in names if (*where, name) not in _created]
-        if missing:
-            Tables(spark, settings).create(missing)
-            _created.update((*where, name) for name in missing)
+        created = Tables(spark, settings).create(missing) if missing else []
+        _created.update((*where, name) for name in missing)
+    return created
 
 
 def launch(df: DataFrame, settings: Settings, declared: Query, *, wait: bool, **kwargs) -> StreamingQuery:
@@ -291,8 +297,8 @@ def launch(df: DataFrame, settings: Settings, declared: Query, *, wait: bool, **
     setting and its pool; ``wait``: run it to the end of its input (:func:`run_available_now`), else return it
     running."""
     checkpoint_settings.check(settings, declared.name, declared.fixed_settings)
-    create_tables(df.sparkSession, settings, declared.tables)
-    refuse_reset(df.sparkSession, settings, declared)
+    created = create_tables(df.sparkSession, settings, declared.tables)
+    refuse_reset(df.sparkSession, settings, declared, created)
     kwargs.setdefault("trigger", declared.trigger(settings))
     if declared.pool:
         kwargs.setdefault("pool", declared.pool)
