@@ -385,8 +385,8 @@ class Nemesis:
     per_chunk: int = 40
     #: a point's run starts every task of the job (the nightly chain), or only the tasks that reach the point
     #: (:func:`tasks_for`; the suite: a fresh JVM starting every query costs about 70 core-s on 2 cores, and a task
-    #: alone is how Databricks runs the real-time alert task, on a cluster of its own); every other action's run, the
-    #: sink kill's included, starts the whole job
+    #: alone is how Databricks runs the real-time alert task, on a cluster of its own); so does the sink kill's (the
+    #: alerts task alone: the query whose Kafka sink it kills); every other action's run starts the whole job
     whole_job: bool = True
     #: the fleet also runs :data:`STATEFUL_RULES` (the nightly chain), so the stateful rules query runs under faults
     #: and the verdict judges its alerts and ``device_baselines``; the suite's run keeps the packaged rule only
@@ -513,7 +513,7 @@ class Nemesis:
         return f"killed {action.arg} s after a write"
 
     def _sink(self, _action: Action) -> str:
-        driver = self._running()
+        driver = self._running(only=None if self.whole_job else [ALONE])
         topic = self.settings.alerts_topic
         before = sum(topic_end_offsets(self.bootstrap, topic).values())
 

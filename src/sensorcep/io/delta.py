@@ -135,6 +135,8 @@ def table_exists(table: Table | str, spark: SparkSession) -> bool:
     table = tables.as_table(table)
     if table.identifier is not None:
         tables.register(spark, table)
+        if table.location is not None and not tables.registered(spark, table):
+            return False  # a local name is registered as soon as its files hold a Delta table: they hold none
         return spark.catalog.tableExists(table.identifier)
     return tables.holds_delta_table(spark, table.location)
 

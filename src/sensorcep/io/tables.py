@@ -66,6 +66,8 @@ def as_table(ref: Table | str) -> Table:
 
 
 _registered: set[tuple[str, str, str]] = set()
+#: (session, schema) pairs whose schema this process created (``CREATE SCHEMA IF NOT EXISTS``) or found
+_schemas: set[tuple[str, str]] = set()
 _lock = threading.Lock()
 
 
@@ -97,13 +99,20 @@ def register(spark: SparkSession, table: Table) -> None:
                 )
         else:
             schema = table.identifier.rsplit(".", 1)[0]
-            folder = os.path.dirname(table.location.rstrip("/")).replace("'", "\\'")
-            spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema} LOCATION '{folder}'")
-            if not holds_delta_table(spark, table.location):
+            if (key[0], schema) not in _schemas:  # the schema once per session: a SQL command each time costs
+                folder = os.path.dirname(table.location.rstrip("/")).replace("'", "\\'")
+                spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema} LOCATION '{folder}'")
+                _schemas.add((key[0], schema))
+            if not _holds_delta_table(spark, table.location):
                 return  # the first write creates the table at its location, then calls this again
             location = table.location.replace("'", "\\'")
             spark.sql(f"CREATE TABLE IF NOT EXISTS {table.identifier} USING delta LOCATION '{location}'")
         _registered.add(key)
+
+
+def registered(spark: SparkSession, table: Table) -> bool:
+    """Whether :func:`register` named the local table in this session (it does once its files hold a Delta table)."""
+    return (runtime.session_key(spark), table.identifier, table.location) in _registered
 
 
 def register_all(spark: SparkSession, settings: Settings) -> list[Table]:
@@ -122,6 +131,20 @@ def holds_delta_table(spark: SparkSession, location: str) -> bool:
         return True
     except AnalysisException:
         return False
+
+
+def _holds_delta_table(spark: SparkSession, location: str) -> bool:
+    """:func:`holds_delta_table`, answered from the files when this process can see them (a classic session and a
+    local location: the tests and local jobs register each not-yet-created table many times, and each read attempt
+    is an analysis and an error through the JVM); a Spark Connect client asks its server, which may see other files."""
+    scheme = urlparse(location).scheme
+    if runtime.is_connect(spark) or scheme not in ("", "file"):
+        return holds_delta_table(spark, location)
+    log = os.path.join(_local_path(location), "_delta_log")
+    if not os.path.isdir(log):
+        return False
+    # a Delta table has a first commit (or a checkpoint); a log folder without one is a creation still under way
+    return any(name.endswith((".json", ".parquet")) and name[0].isdigit() for name in os.listdir(log))
 
 
 def _local_path(location: str) -> str:
