@@ -1,7 +1,8 @@
 """``kind: pattern``, without a JVM: the examples of Flink CEP's documentation (its after-match skip strategy
-``SKIP_PAST_LAST_EVENT``, which this kind follows, and a trailing ``notFollowedBy`` within a time) and the everyday
-asks, as input streams with the alerts the peers' docs say they produce; each also judged by the oracle's literal
-search (``support.oracle.pattern_matches``); and what ``rules check`` refuses."""
+``SKIP_PAST_LAST_EVENT``, which this kind follows, and a trailing ``notFollowedBy`` within a time), Azure Stream
+Analytics' MATCH_RECOGNIZE example (its ATM that warns twice in a row) and the everyday asks, as input
+streams with the alerts the peers' docs say they produce; each also judged by the oracle's literal search
+(``support.oracle.pattern_matches``); and what ``rules check`` refuses."""
 
 from __future__ import annotations
 
@@ -25,14 +26,15 @@ def pattern(*steps, within="1 minute") -> dict:
     return {"id": "p", "kind": "pattern", "within": within, "steps": list(steps)}
 
 
-def alerts(rule: dict, stream: list[tuple[int, float]], watermark_s: int = 1_000) -> list[int]:
-    """The seconds at which the rule fires over (second, sensor_freq) events of one device, as the stateful rules
-    query runs it (:func:`advance`), after checking that the oracle's literal search says the same."""
+def alerts(rule: dict, stream: list[tuple[int, float | dict]], watermark_s: int = 1_000) -> list[int]:
+    """The seconds at which the rule fires over (second, reading) events of one device (a reading: sensor_freq, or the
+    event's fields by name), as the stateful rules query runs it (:func:`advance`), after checking that the oracle's
+    literal search says the same."""
     [parsed] = parse_rules({"rules": [rule]})
-    events = [(t * 1_000_000, value, None) for t, value in stream]
+    rows = [reading if isinstance(reading, dict) else {"sensor_freq": reading} for _, reading in stream]
+    events = [(t * 1_000_000, row.get("sensor_freq"), None, row) for (t, _), row in zip(stream, rows, strict=True)]
     fired, _ = advance([VersionedRule(parsed, 1)], "dev", {}, events, watermark_s * 1_000_000)
     got = [f.event_time_us // 1_000_000 for f in fired]
-    rows = [{"sensor_freq": value} for _, value in stream]
     expected = pattern_matches(rule, [t * 1_000_000 for t, _ in stream], rows, watermark_s * 1_000_000)
     assert got == [t // 1_000_000 for t in expected], "the query's logic and the oracle's search disagree"
     return got
@@ -75,6 +77,30 @@ def test_flink_trailing_not_followed_by_fires_when_within_ends_without_the_event
     [parsed] = parse_rules({"rules": [rule]})
     _, memory = advance([VersionedRule(parsed, 1)], "dev", {}, [(20_000_000, 5.0, None)], 21_000_000)
     assert next_deadline_us([VersionedRule(parsed, 1)], memory) == 30_000_000, "a quiet device's timer"
+
+
+#: Azure Stream Analytics' "Advanced pattern matching with MATCH_RECOGNIZE" (Common query patterns): each ATM's
+#: operations, Return_Code as a number (0 "Success", 1 "Warning"), seconds after 00:10:00 on 2017-01-26
+ATM_OPERATIONS = {
+    "atm-1": [(0, 0), (8, 0), (14, 1), (19, 1)],  # then Opening Money Slot and Printing Bank Balance warn
+    "atm-2": [(7, 0), (11, 0)],  # Opening Money Slot, Closing Money Slot
+}
+WARNING = {"field": "return_code", "op": "!=", "value": 0}
+SUCCESS = {"field": "return_code", "op": "==", "value": 0}
+
+
+def test_asa_two_consecutive_warnings_of_an_atm_within_a_minute():
+    """ASA's ``PATTERN (Success* Warning{2,})`` with ``LIMIT DURATION(minute, 1)``, ``PARTITION BY ATM_id``: one
+    output, ATM 1, whose first warning is at 00:10:14; ATM 2 only succeeds. Here the same ask is a warning, then no
+    success, then a warning (``Success*`` before them restricts nothing); the alert is the match's last event, 00:10:19.
+    ASA's rows follow one another in a match; this kind lets other events come between, so "consecutive" is the not
+    step: a success between the two warnings is no match."""
+    rule = pattern({"when": WARNING}, {"when": SUCCESS, "not": True}, {"when": WARNING}, within="1 minute")
+    fired = {atm: alerts(rule, [(t, {"return_code": code}) for t, code in ops])
+             for atm, ops in ATM_OPERATIONS.items()}  # fmt: skip
+    assert fired == {"atm-1": [19], "atm-2": []}
+    assert alerts(rule, [(14, {"return_code": 1}), (16, {"return_code": 0}), (19, {"return_code": 1})]) == []
+    assert alerts(rule, [(14, {"return_code": 1}), (80, {"return_code": 1})]) == [], "not within a minute"
 
 
 SPIKE = {"field": "sensor_freq", "op": ">", "value": 90}
