@@ -1,11 +1,13 @@
 """The seeded fault test over the always-on job (``tests/support/nemesis.py``): one kill -9 of Spark at every kind of
 kill point (before and after a query's K-th non-empty Delta append or MERGE, as its offset log, commit log or state
-store version lands, as a table's Delta checkpoint lands), of the real-time query's Kafka sink and of the broker, a
-stop of the real-time alert query and a second writer, under a fleet whose clocks disagree; then exact equality with
+store version lands, as a table's Delta checkpoint lands, inside the write of a Delta commit file and of an offset and
+a commit log entry), of the real-time query's Kafka sink and of the broker, a
+stop of the real-time alert query and a second writer, under a fleet whose clocks disagree and whose on-call people
+ack and snooze (some acks for alerts that never come, some before their alert); then exact equality with
 what the producer got acknowledged and with the sampling oracle. Every planned point must be reached. The long random
-chain over every point runs in ``make nightly`` (``tests/support/nemesis.py --seed 7 --kills 60``). Then four bugs
+chain over every point runs in ``make nightly`` (``tests/support/nemesis.py --seed 7 --kills 60``). Then five bugs
 are planted one at a time in what the verdict read of the drained tables (a record dropped, an append doubled, an
-escalation lost, an on-time event kept as late): the verdict must fail on each, naming it."""
+escalation lost, an on-time event kept as late, an ack lost): the verdict must fail on each, naming it."""
 
 from collections import Counter
 
@@ -38,12 +40,19 @@ def _keep_on_time(late: pd.DataFrame) -> pd.DataFrame:
     return late
 
 
+def _lose_an_ack(transitions: pd.DataFrame) -> pd.DataFrame:
+    """An ack the lifecycle never took: its ``acked`` (or ``snoozed``) transition missing from alert_events."""
+    acked = transitions[transitions.transition.isin(["acked", "snoozed"])]
+    return transitions.drop(acked.index[:1])
+
+
 #: (bug, table, plant(the table's judged rows) -> the rows with the bug, what the verdict must say)
 PLANTED = [
     ("a record dropped in ingest", "bronze_events", _drop_one, r"ingest's tables .* miss 1 of its"),
     ("an append done twice on a replay", "sensor_samples", _append_twice, "a sample row twice"),
     ("an escalation lost", "alert_escalations", _lose_one, r"alert_escalations lost 1 escalation"),
     ("an on-time event kept as late", "late_events", _keep_on_time, "after the watermark Spark used"),
+    ("an ack lost", "alert_events", _lose_an_ack, "alert_events differ from the lifecycle over the alerts it took"),
 ]
 OWN_BROKER = "127.0.0.1:19094"  # killed by the nemesis: not the session's broker
 SEED = 20261126
@@ -77,6 +86,8 @@ def test_every_kind_of_kill_point_is_reached_and_loses_nothing_and_doubles_nothi
         # the run exercised every path the verdict covers
         exercised = ("quarantine", "duplicates", "late", "samples", "anomalies", "escalations")
         assert all(counts[table] > 0 for table in exercised), counts
+        # the fleet's acks reached the lifecycle: incidents acked or snoozed, and acks with nothing open to close
+        assert counts["acked"] + counts["snoozed"] > 0 and counts["ignored"] > 0, counts
 
         # the verifier itself: each planted bug must make the verdict fail, naming what was lost or doubled (planted in
         # what the verdict read, so each costs a judgement, not a Delta write, a read of everything and a restore)

@@ -51,8 +51,8 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the support packag
 from sensorcep.local import broker  # noqa: E402
 from sensorcep.pipeline import alerts  # noqa: E402
 from sensorcep.settings import Settings  # noqa: E402
-from support.nemesis_driver import DRAIN_FLAG  # noqa: E402
-from support.oracle import reference_samples, stateful_rule_alerts  # noqa: E402
+from support.nemesis_driver import DRAIN_FLAG, IN_WRITE  # noqa: E402
+from support.oracle import ew_baseline, reference_samples, stateful_rule_alerts  # noqa: E402
 from support.streams import delta_frame, oracle_rows, sample_tuples, topic_end_offsets, topic_records  # noqa: E402
 
 DRIVER = Path(__file__).with_name("nemesis_driver.py")
@@ -79,7 +79,7 @@ WRITES = [
 ]
 CHECKPOINTED = ["ingest", "sampling", "device_activity", "stateful_rules", "anomalies", "alert_lifecycle"]
 STATEFUL = ["sampling", "device_activity", "stateful_rules", "alert_lifecycle"]
-POINT_KINDS = ("before", "after", "offset_log", "commit_log", "state_commit", "delta_checkpoint")
+POINT_KINDS = ("before", "after", "offset_log", "commit_log", "state_commit", "delta_checkpoint", *IN_WRITE)
 #: what the suite's run visits: one point of every kind, on a seeded target, at its first non-empty commit (each run of
 #: the job costs minutes on 2 cores); the nightly chain draws from every point, K up to 12 (past a Delta checkpoint)
 SUITE = {
@@ -89,6 +89,9 @@ SUITE = {
     "commit_log": ["sampling"],
     "state_commit": ["alert_lifecycle"],
     "delta_checkpoint": ["bronze_events"],
+    "in_delta_commit": ["bronze_events", "sensor_samples"],
+    "in_offset_log": ["ingest"],
+    "in_commit_log": ["ingest", "sampling"],
 }
 #: the stateful rules the nightly chain's fleet runs under faults, one of each kind that keeps per-device state in
 #: event time, tuned to the fleet (20 devices, about two events a minute each, sensor_freq 0-100, 7% negative)
@@ -132,9 +135,22 @@ def tasks_for(point: str) -> list[str]:
     from sensorcep.pipeline import registry
 
     kind, name = point.split(":")[:2]
-    query = next(q for q, table in WRITES if table == name) if kind == "delta_checkpoint" else name
+    by_table = kind in ("delta_checkpoint", "in_delta_commit")
+    query = next(q for q, table in WRITES if table == name) if by_table else name
     task = registry.query(query).task
     return [*UPSTREAM[task], task]
+
+
+def _renamed_before_the_kill(point: str, lines: list[str]) -> str:
+    """For a point inside a file's write (:data:`IN_WRITE`): why the kill did not land inside it (the temporary file
+    the run named was gone, renamed into place, when the run was dead), or "" when it left the write half done."""
+    if point.split(":")[0] not in IN_WRITE:
+        return ""
+    temporary = Path(next(line.split(" ", 1)[1] for line in lines if line.startswith("inside ")))
+    final = temporary.with_name(temporary.name[1:].rsplit(".", 2)[0])  # .<name>.<uuid>.tmp -> <name>
+    if temporary.exists() and not final.exists():
+        return ""
+    return f"the kill came after {temporary.name} was renamed to {final.name}"
 
 
 def suite_plan(seed: int) -> list[Action]:
@@ -157,7 +173,7 @@ def plan(seed: int, kills: int) -> list[Action]:
         if kind == "point":
             where = rng.choice(POINT_KINDS)
             targets = {"before": WRITES, "after": WRITES, "state_commit": STATEFUL}.get(where, CHECKPOINTED)
-            if where == "delta_checkpoint":
+            if where in ("delta_checkpoint", "in_delta_commit"):  # tables that commit often enough to reach K
                 targets = sorted({t for _, t in WRITES} - {"alert_escalations", "device_status", "device_baselines"})
             actions.append(
                 Action(
@@ -200,6 +216,9 @@ class Fleet:
     chunks: int = 0
     sent: list[Record] = field(default_factory=list)
     used: set = field(default_factory=set)  # (device, event time): a new event never collides with an earlier one
+    #: the acks the next chunk sends (value, Kafka timestamp), drawn with the chunk (:meth:`_acks`)
+    acks: list[tuple[bytes, int]] = field(default_factory=list)
+    _anomalies: list[Record] = field(default_factory=list)  # the previous chunk's, acked in the next one
 
     def chunk(self) -> list[Record]:
         """The next minute of event time."""
@@ -233,7 +252,37 @@ class Fleet:
                 kind = "malformed"
             records.append(self._record(kind, device, freq, event_time, rng, base))
         self.sent += [r for r in records if r.kind in ("ok", "anomaly", "late")]
+        anomalies = [r for r in records if r.kind == "anomaly"]
+        self.acks += self._acks(self._anomalies, anomalies, base)
+        self._anomalies = anomalies
         return records
+
+    def _acks(self, earlier: list[Record], now: list[Record], base: datetime) -> list[tuple[bytes, int]]:
+        """Acks as on-call people send them (drawn apart from the events, so a seed's events stay as they were): for
+        some of the previous chunk's anomalies an ack (5 s to 3 minutes after the alert: before and after its
+        ``ack_timeout``) or a snooze (until 1 to 4 minutes later); an ack of an alert that never comes; an ack a few
+        seconds before its alert. Each is stamped at its ``ack_time`` (the person's clock)."""
+        rng = random.Random(self.seed * 1_000 + self.chunks + 500_000)
+        acks = []
+
+        def ack(device: str, alert_id: str, at: datetime, action: str = "ack", until: datetime | None = None) -> None:
+            body = {"alert_id": alert_id, "device_id": device, "rule_id": ACKED_RULE, "ack_time": _iso(at),
+                    "acked_by": f"oncall-{rng.randrange(3)}", "action": action,
+                    "until": until and _iso(until)}  # fmt: skip
+            acks.append((json.dumps(body).encode(), int(at.timestamp() * 1000)))
+
+        for record in earlier:
+            roll, at = rng.random(), record.event_time + timedelta(seconds=rng.uniform(5, 180))
+            if roll < 0.3:
+                ack(record.device_id, _alert_id(record), at)
+            elif roll < 0.4:
+                ack(record.device_id, _alert_id(record), at, "snooze", at + timedelta(seconds=rng.uniform(60, 240)))
+        if rng.random() < 0.5:  # an ack of an alert that never comes: ignored (no open incident) or it closes one
+            ack(rng.choice(DEVICES), f"no-such-alert-{self.chunks}", base + timedelta(seconds=rng.uniform(0, 60)))
+        if now and rng.random() < 0.5:  # an ack that comes before its alert, in event time
+            record = rng.choice(now)
+            ack(record.device_id, _alert_id(record), record.event_time - timedelta(seconds=rng.uniform(1, 20)))
+        return acks
 
     def _record(
         self, kind: str, device: str, freq: float, event_time: datetime, rng: random.Random, now: datetime
@@ -254,6 +303,14 @@ class Fleet:
         )
 
 
+#: the rule the fleet's acks name: the packaged rule its anomalies fire
+ACKED_RULE = "negative_frequency"
+
+
+def _alert_id(record: Record) -> str:
+    return alerts.alert_id(record.device_id, _us(record.event_time), ACKED_RULE)
+
+
 def _iso(t: datetime) -> str:
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -262,11 +319,11 @@ class FleetProducer(threading.Thread):
     """The fleet, producing a chunk every ``every_s`` seconds with an idempotent producer that retries for 3 minutes
     (through broker kills); ``acknowledged[(partition, offset)]`` = the record, for every record Kafka acknowledged."""
 
-    def __init__(self, fleet: Fleet, bootstrap: str, topic: str, every_s: float = 2.0):
+    def __init__(self, fleet: Fleet, bootstrap: str, topic: str, acks_topic: str, every_s: float = 2.0):
         super().__init__(daemon=True)
         from confluent_kafka import Producer
 
-        self.fleet, self.topic, self.every_s = fleet, topic, every_s
+        self.fleet, self.topic, self.acks_topic, self.every_s = fleet, topic, acks_topic, every_s
         self.acknowledged: dict[tuple[int, int], Record] = {}
         self.stopping = threading.Event()
         self.producer = Producer(
@@ -290,6 +347,9 @@ class FleetProducer(threading.Thread):
                     timestamp=record.timestamp_ms,
                     on_delivery=self._delivered(record),
                 )
+            for value, timestamp_ms in self.fleet.acks:
+                self.producer.produce(self.acks_topic, value=value, timestamp=timestamp_ms)
+            self.fleet.acks = []
             self.producer.poll(0)
             self.stopping.wait(self.every_s)  # the fleet's pace
             self.producer.poll(0)
@@ -442,7 +502,7 @@ class Nemesis:
         broker.up(self.bootstrap, self.broker_dir)
         broker.create_topics(self.bootstrap, [self.settings.events_topic, self.settings.alerts_topic], partitions=2)
         broker.create_topics(self.bootstrap, [self.settings.acks_topic], partitions=1)
-        self.producer = FleetProducer(self.fleet, self.bootstrap, self.settings.events_topic)
+        self.producer = FleetProducer(self.fleet, self.bootstrap, self.settings.events_topic, self.settings.acks_topic)
         self.producer.start()
         started = time.monotonic()
         for index, action in enumerate(self.actions):
@@ -500,6 +560,12 @@ class Nemesis:
         self._expect_exit(code, allowed=(-signal.SIGKILL,))
         assert f"reached {action.arg}" in driver.lines, f"the run died before {action.arg}:\n{driver.errors()}"
         self.driver = None
+        late = _renamed_before_the_kill(action.arg, driver.lines)
+        if late and attempt == 1:
+            return f"{late}; again: " + self._point(action, attempt=attempt + 1)
+        if late:
+            self.missed.append(action.arg)
+            return f"NOT REACHED: {late}"
         self.reached.append(action.arg)
         took = f"{driver.writes} writes, {time.monotonic() - driver.started:.0f} s into the run"
         return f"killed at the point ({took}{'' if self.whole_job else ', tasks ' + '+'.join(tasks_for(action.arg))})"
@@ -618,13 +684,14 @@ JUDGED = {
 @dataclass(frozen=True)
 class Drained:
     """What the verdict judges, read once: the judged columns of every table (empty where the run never created it)
-    and every record of the events and alerts topics. The verifier's own test plants its bugs in a copy
+    and every record of the events, alerts and acks topics. The verifier's own test plants its bugs in a copy
     (:meth:`with_table`), so each planted bug costs a judgement, not a Delta write, a read of everything and a
     restore."""
 
     tables: dict[str, pd.DataFrame]
     events: list[tuple]
     alerts: list[tuple]
+    acks: list[tuple]
 
     @classmethod
     def read(cls, settings: Settings) -> Drained:
@@ -637,8 +704,9 @@ class Drained:
             path = settings.table_path(table)
             found = delta.table_exists(path, spark)
             tables[table] = delta_frame(path, columns) if found else pd.DataFrame(columns=columns)
-        events, alerts = (topic_records(bootstrap, t) for t in (settings.events_topic, settings.alerts_topic))
-        return cls(tables, events, alerts)
+        topics = (settings.events_topic, settings.alerts_topic, settings.acks_topic)
+        events, alerts, acks = (topic_records(bootstrap, t) for t in topics)
+        return cls(tables, events, alerts, acks)
 
     def frame(self, table: str) -> pd.DataFrame:
         return self.tables[table].copy()
@@ -724,7 +792,8 @@ def judge(settings: Settings, drained: Drained, acknowledged: dict) -> dict[str,
     )
     assert not lost, f"alert_escalations lost {len(lost)} escalation(s) alert_events recorded, e.g. {sorted(lost)[:3]}"
     assert not extra, f"alert_escalations holds {len(extra)} escalation(s) alert_events never recorded"
-    _judge_lifecycle(settings, drained.frame("anomalies"), late, events)
+    acks = [json.loads(v) for _, _, _, v in drained.acks]
+    transitions = _judge_lifecycle(settings, drained.frame("anomalies"), late, events, acks)
     _judge_device_status(settings, drained.frame("device_status"), bronze, late)
 
     progress = drained.frame("stream_progress")
@@ -751,6 +820,8 @@ def judge(settings: Settings, drained: Drained, acknowledged: dict) -> dict[str,
         "anomalies": len(expected_ids),
         "escalations": len(escalations),
         "stateful_alerts": len(stateful),
+        "acks": len(acks),
+        **{transition: transitions.get(transition, 0) for transition in ("acked", "snoozed", "ignored")},
     }
 
 
@@ -758,10 +829,14 @@ def _us(t) -> int:
     return pd.Timestamp(t).value // 1000
 
 
-def _judge_lifecycle(settings: Settings, anomalies: pd.DataFrame, late: pd.DataFrame, events: pd.DataFrame) -> None:
-    """``alert_events`` exactly as the lifecycle decides over the alerts it took, up to the watermark it last applied
-    (its checkpoint's offset log): the transitions do not depend on the micro-batches (alert_lifecycle's docstring),
-    so the kills must not change one. Every alert up to that watermark was taken or is in ``late_events``."""
+def _judge_lifecycle(
+    settings: Settings, anomalies: pd.DataFrame, late: pd.DataFrame, events: pd.DataFrame, acks: list[dict]
+) -> dict[str, int]:
+    """``alert_events`` exactly as the lifecycle decides over the alerts it took and the fleet's ``acks`` (each a
+    usable ack: the fleet sends no bad one), up to the watermark it last applied (its checkpoint's offset log), less
+    the alerts and acks too late for it (its ``late_events``): the transitions do not depend on the micro-batches
+    (alert_lifecycle's docstring), so the kills must not change one. Every alert up to that watermark was taken or is
+    in ``late_events``. Returns how many transitions of each kind it judged."""
     from sensorcep.pipeline import alert_lifecycle, checkpoint_log, checkpoint_settings
     from sensorcep.rules import catalog, lifecycle
     from sensorcep.runtime import get_spark
@@ -786,10 +861,21 @@ def _judge_lifecycle(settings: Settings, anomalies: pd.DataFrame, late: pd.DataF
         a.alert_id for a in released.itertuples() if a.alert_id not in taken and (a.device_id, a.at_us) not in late_keys
     ]
     assert not lost, f"alert_lifecycle lost {len(lost)} alert(s): neither taken nor in late_events, e.g. {lost[:3]}"
+    inputs: dict[tuple[str, str], list] = {}
+    for a in released[released.alert_id.isin(taken)].itertuples():
+        inputs.setdefault((a.rule_id, a.device_id), []).append(
+            lifecycle.Input(at_us=int(a.at_us), kind="alert", alert_id=a.alert_id)
+        )
+    for ack in acks:
+        at_us = _us(ack["ack_time"])
+        if at_us <= mark_us and (ack["device_id"], at_us) not in late_keys:
+            until_us = _us(ack["until"]) if ack.get("until") else None
+            inputs.setdefault((ack["rule_id"], ack["device_id"]), []).append(
+                lifecycle.Input(at_us, "ack", ack["alert_id"], ack.get("action") or "ack", until_us, ack["acked_by"])
+            )
     want = []
-    for (rule, device), group in released[released.alert_id.isin(taken)].groupby(["rule_id", "device_id"]):
-        inputs = [lifecycle.Input(at_us=int(a.at_us), kind="alert", alert_id=a.alert_id) for a in group.itertuples()]
-        steps, _ = lifecycle.advance(None, inputs, mark_us, by_rule.get(rule, by_rule[""]))
+    for (rule, device), given in inputs.items():
+        steps, _ = lifecycle.advance(None, given, mark_us, by_rule.get(rule, by_rule[""]))
         want += [(s.incident_id, rule, device, s.transition, s.at_us, s.cause_id, s.state, s.alerts) for s in steps]
     got = [
         (r.incident_id, r.rule_id, r.device_id, r.transition, _us(r.at), r.cause_id, r.state, int(r.alerts))
@@ -797,16 +883,17 @@ def _judge_lifecycle(settings: Settings, anomalies: pd.DataFrame, late: pd.DataF
     ]
     differ = sorted(set(got) ^ set(want), key=str)
     assert sorted(got, key=str) == sorted(want, key=str), (
-        f"alert_events differ from the lifecycle over the alerts it took: {len(got)} rows, {len(want)} expected, "
-        f"e.g. {differ[:3]}"
+        f"alert_events differ from the lifecycle over the alerts it took and the acks: {len(got)} rows, {len(want)} "
+        f"expected, e.g. {differ[:3]}"
     )
+    return events.transition.value_counts().to_dict()
 
 
 def _judge_stateful_rules(settings: Settings, drained: Drained, bronze: pd.DataFrame, late: pd.DataFrame) -> set[str]:
     """The stateful rules' alerts on the alerts topic are exactly what the rules fire (``support.oracle``) over the
     events the query took (bronze less its own ``late_events``), up to the watermark it last applied (its checkpoint's
-    offset log); ``device_baselines`` holds no row twice. Returns their alert ids (none when the fleet runs only the
-    packaged rule)."""
+    offset log); ``device_baselines`` holds no row twice, and each device's last row is its baseline over those events
+    (:func:`judge_baselines`). Returns their alert ids (none when the fleet runs only the packaged rule)."""
     from sensorcep.pipeline import checkpoint_log
 
     if not settings.rules_file:
@@ -830,6 +917,7 @@ def _judge_stateful_rules(settings: Settings, drained: Drained, bronze: pd.DataF
             "event_time_us": took.event_time.map(_us),
         }
     )
+    judge_baselines(rules, events, baselines, mark_ms)
     want = stateful_rule_alerts(events, rules, mark_ms)
     sent = [json.loads(v) for _, _, _, v in drained.alerts]
     got = {(a["alert_id"], a["rule_id"]) for a in sent if a["rule_id"] in STATEFUL_IDS}
@@ -839,6 +927,35 @@ def _judge_stateful_rules(settings: Settings, drained: Drained, bronze: pd.DataF
     )
     assert want, "the stateful rules fired nothing: the fleet does not exercise them"
     return {alert_id for alert_id, _ in want}
+
+
+def judge_baselines(rules: list[dict], events: pd.DataFrame, baselines: pd.DataFrame, mark_ms: int) -> int:
+    """Each device's last ``device_baselines`` row (its highest batch) per baseline rule is the device's baseline over
+    ``events`` (device_id, sensor_freq, event_time_us) up to the watermark ``mark_ms``: as many events, the last one's
+    time, and the exponentially weighted mean and spread that pandas computes from them (:func:`support.oracle.
+    ew_baseline`, not the rules' own recursion); and no device without such events has a row. Returns the rows
+    judged."""
+    final = events[events.event_time_us <= mark_ms * 1000].sort_values("event_time_us")
+    judged = 0
+    for rule in (r for r in rules if r["kind"] == "baseline"):
+        rows = baselines[baselines.rule_id == rule["id"]].sort_values("batch_id")
+        last = rows.groupby("device_id").tail(1).set_index("device_id")
+        took = {device: group for device, group in final.groupby("device_id")}
+        assert set(last.index) <= set(took), f"device_baselines: {rule['id']} rows for devices with no event"
+        for device, group in took.items():
+            values = group.sensor_freq.astype("float64").tolist()
+            assert device in last.index, f"device_baselines: no {rule['id']} row for {device} ({len(values)} events)"
+            row = last.loc[device]
+            mean, spread = ew_baseline(values, rule["span"])
+            got = (int(row["events"]), _us(row["as_of"]), float(row["mean"]), float(row["spread"]))
+            want = (len(values), int(group.event_time_us.iloc[-1]), mean, spread)
+            close = all(abs(g - w) <= 1e-6 * (1 + abs(w)) for g, w in zip(got[2:], want[2:], strict=True))
+            assert got[:2] == want[:2] and close, (
+                f"device_baselines: {device}'s last {rule['id']} row says (events, as_of µs, mean, spread) {got}, its "
+                f"events give {want}"
+            )
+            judged += 1
+    return judged
 
 
 STATEFUL_IDS = {r["id"] for r in STATEFUL_RULES}

@@ -18,6 +18,11 @@ arms one fault inside the process; each is reached or the run never dies by itse
 * ``state_commit:<query>:K``    kill -9 as the K-th new state store version file lands under its ``state/``;
 * ``delta_checkpoint:<table>:1`` kill -9 as the table's next Delta checkpoint lands (the fault run's tables checkpoint
   every :data:`CHECKPOINT_INTERVAL` commits, Delta's default is 10: a slow machine commits bronze a few times a run);
+* ``in_delta_commit:<table>:K`` / ``in_offset_log:<query>:K`` / ``in_commit_log:<query>:K``  kill -9 inside the write
+  of a file: as the K-th temporary file is created that Delta's log store (a table's commit ``<version>.json``, not
+  its creation, version 0) or Spark's checkpoint file manager (an offset or commit log entry) writes and then renames
+  into place (Linux inotify: the kill follows the creation by microseconds, the rename by milliseconds); the line
+  ``inside <temporary file>`` names it, and the nemesis checks that the file was left half done;
 * ``stop_alerts:K``             after the anomalies query's K-th write, stop the real-time alert query and start it
   again on its checkpoint (a task restart of the always-on job);
 * ``drain``                     no fault: run until every query has read everything and applied the final watermark,
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -42,6 +48,14 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the support packag
 
 #: file points: the folder (under the query's checkpoint or the table) whose new files count
 FILE_POINTS = {"offset_log": "offsets", "commit_log": "commits", "state_commit": "state", "delta_checkpoint": ""}
+#: points inside a file's write: the folder (under the table or the query's checkpoint) and the name of the temporary
+#: file written there before the rename (``.<name>.<uuid>.tmp``: Delta's ``HadoopFileSystemLogStore.createTempPath``,
+#: Spark's ``CheckpointFileManager.RenameHelperMethods``; not their ``.crc`` companions)
+IN_WRITE = {
+    "in_delta_commit": ("_delta_log", re.compile(r"^\.\d{20}\.json\.[0-9a-f-]+\.tmp$")),
+    "in_offset_log": ("offsets", re.compile(r"^\.\d+\.[0-9a-f-]+\.tmp$")),
+    "in_commit_log": ("commits", re.compile(r"^\.\d+\.[0-9a-f-]+\.tmp$")),
+}
 #: the fault run's tables write a Delta checkpoint every 2 commits (Delta's default is 10): on a 2-core CI machine the
 #: job commits bronze about 5 times in 4 minutes, so at 10 the point was not reached
 CHECKPOINT_INTERVAL = 2
@@ -83,6 +97,33 @@ def watch_files(point: str, settings) -> None:
             if new >= int(k):
                 die(point)
             time.sleep(0.002)  # polling the checkpoint folder: the kill must follow the file closely
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+def watch_writes(point: str, settings) -> None:
+    """Kill the process inside the K-th write of an :data:`IN_WRITE` file: as its temporary file is created (inotify,
+    from a thread that waits for the folder to exist: the job creates it up front or on the query's first batch)."""
+    from inotify_simple import INotify, flags
+
+    kind, name, k = point.split(":")
+    folder, pattern = IN_WRITE[kind]
+    root = Path(settings.table_path(name)) if kind == "in_delta_commit" else Path(settings.checkpoint_path(name))
+
+    def run() -> None:
+        while not (root / folder).is_dir():
+            time.sleep(0.01)
+        watcher = INotify()
+        watcher.add_watch(str(root / folder), flags.CREATE)
+        seen = 0
+        while True:
+            for event in watcher.read():
+                # a table's version 0 is its creation (the job creates every table up front): a data commit counts
+                if pattern.match(event.name) and not event.name.startswith(".00000000000000000000."):
+                    seen += 1
+                    if seen == int(k):
+                        print(f"inside {root / folder / event.name}", flush=True)
+                        die(point)
 
     threading.Thread(target=run, daemon=True).start()
 
@@ -188,6 +229,8 @@ def main() -> None:
     arm(spark, point, on_write)
     if point and point.split(":")[0] in FILE_POINTS:
         watch_files(point, settings)
+    if point and point.split(":")[0] in IN_WRITE:
+        watch_writes(point, settings)
     until = drain_when_asked(spark, settings)
     jobs.run_always_on(
         params=params, until=until, minutes=10, every_s=3600, out=lambda line: None, spark=spark, only=only
