@@ -1,7 +1,7 @@
 """The seeded fault test over the always-on job (``tests/support/nemesis.py``): one kill -9 of Spark at every kind of
 kill point (before and after a query's K-th non-empty Delta append or MERGE, as its offset log, commit log or state
-store version lands, as a table's Delta checkpoint lands, inside the write of a Delta commit file and of an offset and
-a commit log entry), of the real-time query's Kafka sink and of the broker, a
+store version lands, as a table's Delta checkpoint lands, inside the write of a Delta commit file, of a Delta
+checkpoint and of an offset and a commit log entry), of the real-time query's Kafka sink and of the broker, a
 stop of the real-time alert query and a second writer, under a fleet whose clocks disagree and whose on-call people
 ack and snooze (some acks for alerts that never come, some before their alert); then exact equality with
 what the producer got acknowledged and with the sampling oracle. Every planned point must be reached. The long random

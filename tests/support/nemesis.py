@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the support packag
 from sensorcep.local import broker  # noqa: E402
 from sensorcep.pipeline import alerts  # noqa: E402
 from sensorcep.settings import Settings  # noqa: E402
-from support.nemesis_driver import DRAIN_FLAG, IN_WRITE  # noqa: E402
+from support.nemesis_driver import DRAIN_FLAG, IN_TABLE, IN_WRITE  # noqa: E402
 from support.oracle import ew_baseline, reference_samples, stateful_rule_alerts  # noqa: E402
 from support.streams import delta_frame, oracle_rows, sample_tuples, topic_end_offsets, topic_records  # noqa: E402
 
@@ -90,6 +90,7 @@ SUITE = {
     "state_commit": ["alert_lifecycle"],
     "delta_checkpoint": ["bronze_events"],
     "in_delta_commit": ["bronze_events", "sensor_samples"],
+    "in_delta_checkpoint": ["bronze_events"],
     "in_offset_log": ["ingest"],
     "in_commit_log": ["ingest", "sampling"],
 }
@@ -135,7 +136,7 @@ def tasks_for(point: str) -> list[str]:
     from sensorcep.pipeline import registry
 
     kind, name = point.split(":")[:2]
-    by_table = kind in ("delta_checkpoint", "in_delta_commit")
+    by_table = kind == "delta_checkpoint" or kind in IN_TABLE
     query = next(q for q, table in WRITES if table == name) if by_table else name
     task = registry.query(query).task
     return [*UPSTREAM[task], task]
@@ -173,13 +174,10 @@ def plan(seed: int, kills: int) -> list[Action]:
         if kind == "point":
             where = rng.choice(POINT_KINDS)
             targets = {"before": WRITES, "after": WRITES, "state_commit": STATEFUL}.get(where, CHECKPOINTED)
-            if where in ("delta_checkpoint", "in_delta_commit"):  # tables that commit often enough to reach K
+            if where == "delta_checkpoint" or where in IN_TABLE:  # tables that commit often enough to reach K
                 targets = sorted({t for _, t in WRITES} - {"alert_escalations", "device_status", "device_baselines"})
-            actions.append(
-                Action(
-                    kind, _point(where, rng.choice(targets), 1 if where == "delta_checkpoint" else rng.randint(1, 12))
-                )
-            )
+            once = where in ("delta_checkpoint", "in_delta_checkpoint")  # the next checkpoint: a run makes one or two
+            actions.append(Action(kind, _point(where, rng.choice(targets), 1 if once else rng.randint(1, 12))))
         elif kind == "moment":
             actions.append(Action(kind, f"{rng.uniform(0.0, 4.0):.1f}"))
         elif kind == "task":

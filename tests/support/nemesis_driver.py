@@ -18,11 +18,12 @@ arms one fault inside the process; each is reached or the run never dies by itse
 * ``state_commit:<query>:K``    kill -9 as the K-th new state store version file lands under its ``state/``;
 * ``delta_checkpoint:<table>:1`` kill -9 as the table's next Delta checkpoint lands (the fault run's tables checkpoint
   every :data:`CHECKPOINT_INTERVAL` commits, Delta's default is 10: a slow machine commits bronze a few times a run);
-* ``in_delta_commit:<table>:K`` / ``in_offset_log:<query>:K`` / ``in_commit_log:<query>:K``  kill -9 inside the write
-  of a file: as the K-th temporary file is created that Delta's log store (a table's commit ``<version>.json``, not
-  its creation, version 0) or Spark's checkpoint file manager (an offset or commit log entry) writes and then renames
-  into place (Linux inotify: the kill follows the creation by microseconds, the rename by milliseconds); the line
-  ``inside <temporary file>`` names it, and the nemesis checks that the file was left half done;
+* ``in_delta_commit:<table>:K`` / ``in_delta_checkpoint:<table>:1`` / ``in_offset_log:<query>:K`` /
+  ``in_commit_log:<query>:K``  kill -9 inside the write of a file: as the K-th temporary file is created that Delta
+  (a table's commit ``<version>.json``, not its creation, version 0; its checkpoint ``<version>.checkpoint.parquet``)
+  or Spark's checkpoint file manager (an offset or commit log entry) writes and then renames into place (Linux
+  inotify: the kill follows the creation by microseconds, the rename by milliseconds); the line ``inside <temporary
+  file>`` names it, and the nemesis checks that the file was left half done;
 * ``stop_alerts:K``             after the anomalies query's K-th write, stop the real-time alert query and start it
   again on its checkpoint (a task restart of the always-on job);
 * ``drain``                     no fault: run until every query has read everything and applied the final watermark,
@@ -55,7 +56,10 @@ IN_WRITE = {
     "in_delta_commit": ("_delta_log", re.compile(r"^\.\d{20}\.json\.[0-9a-f-]+\.tmp$")),
     "in_offset_log": ("offsets", re.compile(r"^\.\d+\.[0-9a-f-]+\.tmp$")),
     "in_commit_log": ("commits", re.compile(r"^\.\d+\.[0-9a-f-]+\.tmp$")),
+    "in_delta_checkpoint": ("_delta_log", re.compile(r"^\.\d{20}\.checkpoint\.parquet\.[0-9a-f-]+\.tmp$")),
 }
+#: the :data:`IN_WRITE` points under a table (the others are under a query's checkpoint)
+IN_TABLE = ("in_delta_commit", "in_delta_checkpoint")
 #: the fault run's tables write a Delta checkpoint every 2 commits (Delta's default is 10): on a 2-core CI machine the
 #: job commits bronze about 5 times in 4 minutes, so at 10 the point was not reached
 CHECKPOINT_INTERVAL = 2
@@ -108,7 +112,7 @@ def watch_writes(point: str, settings) -> None:
 
     kind, name, k = point.split(":")
     folder, pattern = IN_WRITE[kind]
-    root = Path(settings.table_path(name)) if kind == "in_delta_commit" else Path(settings.checkpoint_path(name))
+    root = Path(settings.table_path(name)) if kind in IN_TABLE else Path(settings.checkpoint_path(name))
 
     def run() -> None:
         while not (root / folder).is_dir():
