@@ -51,7 +51,7 @@ KAFKA_COLUMNS = "topic string, partition int, offset long, kafka_timestamp times
 #: an alert's columns (the alerts topic's record, as ``anomalies`` keeps it)
 ALERT_COLUMNS = (
     "alert_id string, device_id string, sensor_freq double, event_time timestamp, kafka_timestamp timestamp, "
-    "rule_id string, rule_version int, rule string, detected_at timestamp"
+    "rule_id string, rule_version int, rule string, detail string, detected_at timestamp"
 )
 
 DECLARED: tuple[TableSpec, ...] = (

@@ -143,3 +143,27 @@ def test_a_pattern_without_within_is_refused_and_its_text_reads_as_the_pattern()
     [parsed] = parse_rules({"rules": [pattern({"when": SPIKE}, {"when": RECOVERED, "not": True},
                                               {"when": SPIKE, "times": {"min": 2}}, within="2 minutes")]})  # fmt: skip
     assert parsed.text == "sensor_freq > 90 then no sensor_freq < 60 then sensor_freq > 90{2,} within 2 minutes"
+
+
+def _fired(rule: dict, stream: list[tuple[int, float]], watermark_s: int = 1_000):
+    [parsed] = parse_rules({"rules": [rule]})
+    events = [(t * 1_000_000, value, None) for t, value in stream]
+    return advance([VersionedRule(parsed, 1)], "dev", {}, events, watermark_s * 1_000_000)[0]
+
+
+def test_a_patterns_alert_names_the_time_of_each_steps_events_by_the_rules_step_numbers():
+    spikes = pattern({"when": SPIKE}, {"when": RECOVERED, "not": True}, {"when": SPIKE, "times": {"min": 2}},
+                     within="2 minutes")  # fmt: skip
+    [fired] = _fired(spikes, [(0, 95.0), (30, 70.0), (60, 96.0), (70, 97.0)])
+    assert fired.detail == (
+        "step 1 at 1970-01-01T00:00:00.000Z; step 3 at 1970-01-01T00:01:00.000Z to 1970-01-01T00:01:10.000Z"
+    )
+    quiet = pattern({"when": IS["a"]}, {"when": IS["b"], "not": True}, within="10 seconds")
+    [ended] = _fired(quiet, [(20, LETTER["a"])], watermark_s=40)
+    assert (ended.event_time_us, ended.detail) == (30_000_000, "step 1 at 1970-01-01T00:00:20.000Z")
+    assert (
+        _fired({"id": "r", "kind": "rate", "field": "sensor_freq", "op": ">", "value": 1.0}, [(0, 1.0), (1, 9.0)])[
+            0
+        ].detail
+        == ""
+    ), "the other kinds carry no detail"

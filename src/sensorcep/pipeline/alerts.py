@@ -49,10 +49,11 @@ ALERT_FIELDS = [
     "rule_id",
     "rule_version",
     "rule",
+    "detail",  # what the alert's events were (a pattern: its steps' event times); null for a threshold rule
 ]
 ALERT_SCHEMA = (
     "alert_id string, device_id string, sensor_freq double, event_time timestamp, "
-    "kafka_timestamp timestamp, rule_id string, rule_version int, rule string"
+    "kafka_timestamp timestamp, rule_id string, rule_version int, rule string, detail string"
 )
 #: an alert read back from the topic: its fields + detected_at (the alert record's Kafka timestamp)
 ANOMALY_FIELDS = [*ALERT_FIELDS, "detected_at"]
@@ -81,6 +82,7 @@ def alert_stream(events: DataFrame, rules: list[VersionedRule], devices: dict | 
         "event_time",
         "kafka_timestamp",
         *evaluate.FIRED_COLUMNS,
+        F.lit(None).cast("string").alias("detail"),
     )
 
 
@@ -95,7 +97,8 @@ def compiled_alerts(spark: SparkSession, settings: Settings, events: DataFrame) 
 
 def kafka_columns() -> list[Column]:
     """Alert -> Kafka record columns: key = device_id, value = JSON of the alert fields."""
-    return [F.col("device_id").alias("key"), F.to_json(F.struct(*ALERT_FIELDS)).alias("value")]
+    value = F.to_json(F.struct(*ALERT_FIELDS), {"ignoreNullFields": "false"})  # every field, null ones too
+    return [F.col("device_id").alias("key"), value.alias("value")]
 
 
 @queries.declare(

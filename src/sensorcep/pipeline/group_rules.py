@@ -152,6 +152,7 @@ def as_alerts(fired: DataFrame) -> DataFrame:
         "rule_id",
         "rule_version",
         "rule",
+        F.lit(None).cast("string").alias("detail"),
     )
     return timed.select(alert_id_column().alias("alert_id"), *timed.columns)
 

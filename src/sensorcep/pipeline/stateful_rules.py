@@ -36,7 +36,7 @@ from sensorcep.settings import Settings
 QUERY = "stateful_rules"
 OUTPUT_SCHEMA = (
     "device_id string, sensor_freq double, event_time_us long, kafka_timestamp_us long, "
-    "rule_id string, rule_version int, rule string, "
+    "rule_id string, rule_version int, rule string, detail string, "
     "row_kind string, events long, mean double, spread double"
 )  # row_kind: alert, or baseline (a device's baseline after the batch: events, mean, spread, as of event_time_us)
 #: the columns of ``device_baselines``: one row per (device, baseline rule) per micro-batch that moved it
@@ -82,7 +82,8 @@ class RuleMachine(timers.PendingAndMemory):
         if final:  # the baselines these events moved
             rows += [
                 {"device_id": key[0], "event_time_us": as_of, "rule_id": r.id, "rule_version": r.version,
-                 "rule": r.rule.text, "row_kind": "baseline", "events": n, "mean": mean, "spread": spread}
+                 "rule": r.rule.text, "detail": "", "row_kind": "baseline", "events": n, "mean": mean,
+                 "spread": spread}
                 for r, n, mean, spread, as_of in sequential.baselines(self.rules, memory)
             ]  # fmt: skip
         if rows:
@@ -196,6 +197,7 @@ def as_alerts(fired: DataFrame, extra: list[str] | None = None) -> DataFrame:
         "rule_id",
         "rule_version",
         "rule",
+        F.when(F.col("detail") != "", F.col("detail")).alias("detail"),  # null where the kind has none
         *(extra or []),
     )
     return timed.select(alert_id_column().alias("alert_id"), *timed.columns)

@@ -16,8 +16,9 @@ the alerts they fire and the new memory. The memory is a small JSON-able dict pe
 * ``aggregate``: each open window's start, event count, sum, mean, M2 (for the spread), min and max: at most
   window / slide windows, each closed (and judged) once the watermark passes its end;
 * ``pattern``: the partial matches, each [step, events taken by that step, blocked by a ``not`` event, first event's
-  time]: one per (step, count, blocked) state (a pattern ending in ``not``: one per state and first event within
-  ``within``), so at most 2 x the steps' repeat counts summed (:func:`pattern_runs`).
+  time, the time of the first and last event of each step taken]: one per (step, count, blocked) state (a pattern
+  ending in ``not``: one per state and first event within ``within``), so at most 2 x the steps' repeat counts summed
+  (:func:`pattern_runs`). A pattern's alert says those times in its ``detail`` (:func:`match_detail`).
 
 Each rule's memory is kept under ``<rule id>:<version>``: a changed rule starts afresh, and the memory of a rule no
 longer in force is dropped. Because events are released only when the watermark passes them, the result does not
@@ -29,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sensorcep.rules.catalog import VersionedRule
 from sensorcep.rules.model import OPERATOR, Judged, options_of, per_object
@@ -45,6 +47,8 @@ class Fired:
     rule_id: str
     rule_version: int
     rule: str
+    #: what the alert's events were, for people (a pattern: its steps' event times); empty for the other kinds
+    detail: str = ""
 
 
 def applies(versioned: VersionedRule, device_id: str, scoped: dict[tuple, list[str]]) -> bool:
@@ -77,8 +81,8 @@ def advance(
     memory = {k: v for k, v in memory.items() if k in {_key(r) for r in mine}}
     fired: list[Fired] = []
 
-    def alert(r: VersionedRule, t_us: int, value: float | None, kafka_us: int | None) -> None:
-        fired.append(Fired(device_id, t_us, value, kafka_us, r.id, r.version, r.rule.text))
+    def alert(r: VersionedRule, t_us: int, value: float | None, kafka_us: int | None, detail: str = "") -> None:
+        fired.append(Fired(device_id, t_us, value, kafka_us, r.id, r.version, r.rule.text, detail))
 
     keyed = [(r, r.rule, _key(r)) for r in mine]  # worked out once per call, not per event
     for _, rule, key in keyed:  # windows are updated in place: the caller's memory stays as it was
@@ -130,11 +134,11 @@ def advance(
             elif kind == "pattern":
                 due = _pattern_due(rule, memory.get(key, []), t_us - 1)
                 if due is not None:  # a trailing not held until within ended, before this event: the match ends there
-                    alert(r, due, None, None)
+                    alert(r, due[0], None, None, match_detail(rule, due[1]))
                     memory[key] = []
-                done, memory[key] = pattern_runs(rule, memory.get(key, []), t_us, event)
-                if done:
-                    alert(r, t_us, value, kafka_us)
+                matched, memory[key] = pattern_runs(rule, memory.get(key, []), t_us, event)
+                if matched is not None:
+                    alert(r, t_us, value, kafka_us, match_detail(rule, matched))
             elif kind == "absence":
                 last, sent_for = memory.get(key, [None, None])
                 if last is not None and t_us - last > rule.within_us and sent_for != last:
@@ -144,7 +148,7 @@ def advance(
         if r.rule.kind == "pattern" and memory.get(_key(r)):
             due = _pattern_due(r.rule, memory[_key(r)], watermark_us)
             if due is not None:
-                alert(r, due, None, None)
+                alert(r, due[0], None, None, match_detail(r.rule, due[1]))
                 memory[_key(r)] = []
             else:  # a partial match whose within has passed can no longer complete
                 memory[_key(r)] = [run for run in memory[_key(r)] if run[3] + r.rule.within_us >= watermark_us]
@@ -216,55 +220,80 @@ def _compile(rule) -> tuple[list, list, bool]:
     return positives, nots, rule.steps[-1].absent
 
 
-def pattern_runs(rule, runs: list[list], t_us: int, event: Judged) -> tuple[bool, list[list]]:
-    """One event through a pattern's partial matches (each [step, count, blocked, first event's time]): whether a match
-    completes at it, and the partial matches after it (none after a match: matching starts again after it).
+def pattern_runs(rule, runs: list[list], t_us: int, event: Judged) -> tuple[list | None, list[list]]:
+    """One event through a pattern's partial matches (each [step, count, blocked, first event's time, spans]: spans
+    holds [first, last] event time of each step taken): the spans of the match that completes at it (None: none), and
+    the partial matches after it (none after a match: matching starts again after it).
 
     Each partial match may ignore the event (it stays, blocked if the event meets a ``not`` step after a step it has
     taken enough events for), take it as one more event of its step (up to the step's max), or as the first event of
     the next step (not blocked); an event meeting the first step also begins a partial match. Partial matches in the
     same state that begin later can do whatever earlier ones can, for longer: only the latest is kept (a pattern ending
-    in ``not``: one per first event, as the earliest one's within ends first)."""
+    in ``not``: one per first event, as the earliest one's within ends first). Of several matches completing at the
+    same event, the one that began first is reported."""
     positives, nots, trailing = _compiled(rule)
     last = len(positives) - 1
     nexts: list[list] = []
-    done = False
-    for step, count, blocked, first in runs:
+    completed: list[list] = []
+    for run in runs:
+        step, count, blocked, first = run[:4]
+        spans = run[4] if len(run) > 4 else []  # a partial match kept before the spans were
         if t_us - first > rule.within_us:
             continue  # too late for this partial match
         when, least, most = positives[step]
         enough = count >= least
-        nexts.append([step, count, blocked or (enough and any(event.meets(n) for n in nots[step])), first])
+        nexts.append([step, count, blocked or (enough and any(event.meets(n) for n in nots[step])), first, spans])
         if (most is None or count < most) and event.meets(when):
             taken = min(count + 1, least) if most is None else count + 1  # unbounded: beyond min, counts are alike
-            nexts.append([step, taken, False, first])
-            done |= step == last and taken >= least and not trailing
+            grown = [*spans[:-1], [spans[-1][0], t_us]] if spans else [[t_us, t_us]]
+            nexts.append([step, taken, False, first, grown])
+            if step == last and taken >= least and not trailing:
+                completed.append(grown)
         if enough and not blocked and step < last and event.meets(positives[step + 1][0]):
-            nexts.append([step + 1, 1, False, first])
-            done |= step + 1 == last and positives[last][1] == 1 and not trailing
+            nexts.append([step + 1, 1, False, first, [*spans, [t_us, t_us]]])
+            if step + 1 == last and positives[last][1] == 1 and not trailing:
+                completed.append([*spans, [t_us, t_us]])
     if event.meets(positives[0][0]):
-        nexts.append([0, 1, False, t_us])
-        done |= last == 0 and positives[0][1] == 1 and not trailing
-    if done:
-        return True, []
+        nexts.append([0, 1, False, t_us, [[t_us, t_us]]])
+        if last == 0 and positives[0][1] == 1 and not trailing:
+            completed.append([[t_us, t_us]])
+    if completed:
+        return min(completed, key=lambda spans: spans[0][0] if spans else t_us), []
     kept: dict[tuple, list] = {}
     for run in nexts:
         state = (run[0], run[1], run[2]) + ((run[3],) if trailing else ())
         if state not in kept or run[3] > kept[state][3]:
             kept[state] = run
-    return False, sorted(kept.values())
+    return None, sorted(kept.values())
 
 
-def _pattern_due(rule, runs: list[list], until_us: int) -> int | None:
+def _pattern_due(rule, runs: list[list], until_us: int) -> tuple[int, list] | None:
     """A pattern ending in ``not``: the end of ``within`` of the earliest partial match that has taken its last
-    positive step and was not blocked, if that end is at or before ``until_us`` (every event up to it is known)."""
+    positive step and was not blocked, if that end is at or before ``until_us`` (every event up to it is known), and
+    that match's spans."""
     positives, _, trailing = _compiled(rule)
     if not trailing:
         return None
-    ready = [first for step, count, blocked, first in runs if step == len(positives) - 1 and count >= positives[-1][1]
-             and not blocked]  # fmt: skip
-    due = min(ready, default=None)
-    return due + rule.within_us if due is not None and due + rule.within_us <= until_us else None
+    ready = [run for run in runs if run[0] == len(positives) - 1 and run[1] >= positives[-1][1] and not run[2]]
+    if not ready:
+        return None
+    earliest = min(ready, key=lambda run: run[3])
+    due = earliest[3] + rule.within_us
+    return (due, earliest[4] if len(earliest) > 4 else []) if due <= until_us else None
+
+
+def match_detail(rule, spans: list) -> str:
+    """A match's events as people read them, by the rule's step numbers (a ``not`` step has none):
+    ``step 1 at <time>; step 3 at <first> to <last>`` (UTC, ms; a step that repeats: its first and last event)."""
+
+    def at(t_us: int) -> str:
+        return datetime.fromtimestamp(t_us / 1e6, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    numbers = [index for index, step in enumerate(rule.steps, start=1) if not step.absent]
+    return "; ".join(
+        f"step {n} at {at(a)}" if a == b else f"step {n} at {at(a)} to {at(b)}"
+        for n, (a, b) in zip(numbers, spans, strict=False)
+    )
 
 
 def aggregate(function: str, window: list) -> float | None:
