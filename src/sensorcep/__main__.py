@@ -167,15 +167,10 @@ def cmd_silences(args) -> None:
 
 
 def cmd_incidents(args) -> None:
-    """The incident page, served until Ctrl-C (on Databricks Apps: the port the platform gives)."""
-    import uvicorn  # noqa: PLC0415 - the app extra: only the incident page serves HTTP
+    """The incident page, served until Ctrl-C (a Databricks App runs ``python -m sensorcep.incidents``)."""
+    from sensorcep.incidents import serve  # noqa: PLC0415 - imports FastAPI (the app extra)
 
-    from sensorcep.incidents import create_app  # noqa: PLC0415 - imports FastAPI (the app extra)
-
-    port = args.port or int(os.environ.get("DATABRICKS_APP_PORT", "8050"))
-    app = create_app(get_spark(), env_settings())
-    print(f"the incident page: http://{args.host}:{port}/ (Ctrl-C stops it)")
-    uvicorn.run(app, host=args.host, port=port, log_level="warning")
+    serve(args.host, args.port)
 
 
 def cmd_routes_table(args) -> None:

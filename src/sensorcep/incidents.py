@@ -19,6 +19,7 @@ cluster) and writes acks with the same Kafka connection as the pipeline (``kafka
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timezone
 from html import escape
 from urllib.parse import quote
@@ -34,7 +35,7 @@ from sensorcep.io.kafka import client_config
 from sensorcep.io.lake import Tables
 from sensorcep.pipeline.alert_lifecycle import open_alerts
 from sensorcep.routes import silences
-from sensorcep.settings import Settings
+from sensorcep.settings import Settings, env_settings
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}
 td,th{padding:.3em .6em;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}
@@ -159,6 +160,19 @@ def create_app(spark: SparkSession, settings: Settings) -> FastAPI:
     return app
 
 
+def serve(host: str = "127.0.0.1", port: int | None = None) -> None:
+    """The incident page over the settings of the environment (``SENSORCEP_*``), served until stopped, on ``port``
+    (default: ``DATABRICKS_APP_PORT``, which a Databricks App is given, else 8050)."""
+    import uvicorn  # noqa: PLC0415 - the app extra: only the incident page serves HTTP
+
+    from sensorcep.runtime import get_spark  # noqa: PLC0415 - the session is made when the page is served, not imported
+
+    port = port or int(os.environ.get("DATABRICKS_APP_PORT", "8050"))
+    app = create_app(get_spark(), env_settings())
+    print(f"the incident page: http://{host}:{port}/ (Ctrl-C stops it)", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
 def _back(said: str) -> RedirectResponse:
     return RedirectResponse(f"/?said={quote(said)}", status_code=303)
 
@@ -179,3 +193,7 @@ def _incident_row(r: dict) -> str:
         f"<td><a href='/incidents/{i}'>{pd.Timestamp(r['opened_at']):%Y-%m-%d %H:%M:%S}</a></td><td>{r['alerts']}</td>"
         f"<td>{r['escalations']}</td><td>{escape(str(r['state']))}</td><td>{forms}</td></tr>"
     )
+
+
+if __name__ == "__main__":  # a Databricks App's command: the page on every interface, at the port the app is given
+    serve(host="0.0.0.0")  # noqa: S104 - the app's container: the platform's proxy in front is the only client

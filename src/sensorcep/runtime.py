@@ -31,6 +31,12 @@ def is_databricks() -> bool:
     return "DATABRICKS_RUNTIME_VERSION" in os.environ
 
 
+def is_databricks_app() -> bool:
+    """Whether this process is a Databricks App (the incident page deployed by the bundle): the platform names the app
+    in ``DATABRICKS_APP_NAME`` in the app's container, which has no Spark of its own."""
+    return "DATABRICKS_APP_NAME" in os.environ and not is_databricks()
+
+
 def jaas_login_module(name: str) -> str:
     """A Kafka JAAS login module class: Databricks shades the Kafka client (``kafkashaded.``)."""
     prefix = "kafkashaded.org.apache.kafka" if is_databricks() else "org.apache.kafka"
@@ -283,6 +289,10 @@ def get_spark(app_name: str = "sensor-cep", extra_conf: tuple = ()):
     session, which the laptop twin hands in (:func:`laptop`): this module never imports laptop code."""
     if is_databricks():
         return SparkSession.builder.getOrCreate()
+    if is_databricks_app():  # Databricks Connect as the app's service principal, on the compute its environment names
+        from databricks.connect import DatabricksSession  # noqa: PLC0415 - the app's requirements (src/requirements.txt)
+
+        return DatabricksSession.builder.getOrCreate()
     if os.environ.get("SPARK_REMOTE"):  # a Spark Connect client, e.g. of a local session serving Connect
         return SparkSession.builder.remote(os.environ["SPARK_REMOTE"]).getOrCreate()
     return laptop("session")(app_name, extra_conf)
@@ -320,4 +330,28 @@ def get_dbutils(params: dict[str, str] | None = None):
             from pyspark.dbutils import DBUtils  # noqa: PLC0415 - type: ignore[import-not-found]
 
             return DBUtils(get_spark())
+    if is_databricks_app():
+        return AppDbutils()
     return laptop("dbutils")(params)
+
+
+#: the environment variable a Databricks App reads a secret from: the bundle's app resource hands each secret in by
+#: this name (``value_from``), whatever its scope
+APP_SECRET_ENV = "SENSORCEP_SECRET_{key}"
+
+
+class AppSecrets:
+    """A Databricks App's secrets: ``get(scope, key)`` reads ``SENSORCEP_SECRET_<KEY>`` (upper case, - -> _), which
+    the app's secret resource of that key fills (an app has no ``dbutils``; the resource names the scope)."""
+
+    def get(self, scope: str, key: str) -> str:
+        name = APP_SECRET_ENV.format(key=key.upper().replace("-", "_"))
+        if name not in os.environ:
+            raise KeyError(f"secret {scope}/{key} not found: the app has no secret resource for it (env {name})")
+        return os.environ[name]
+
+
+class AppDbutils:
+    """What a Databricks App's code asks of ``dbutils``: its secrets (:class:`AppSecrets`)."""
+
+    secrets = AppSecrets()
