@@ -115,8 +115,8 @@ def watch_writes(point: str, settings) -> None:
     root = Path(settings.table_path(name)) if kind in IN_TABLE else Path(settings.checkpoint_path(name))
 
     def run() -> None:
-        while not (root / folder).is_dir():
-            time.sleep(0.01)
+        while not (root / folder).is_dir():  # inotify watches a folder that exists: the job creates it at its start
+            time.sleep(0.01)  # polling for the folder, not for the file: the file's creation is the inotify event
         watcher = INotify()
         watcher.add_watch(str(root / folder), flags.CREATE)
         seen = 0
