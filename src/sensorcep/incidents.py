@@ -35,6 +35,7 @@ from sensorcep.io.kafka import client_config
 from sensorcep.io.lake import Tables
 from sensorcep.pipeline.alert_lifecycle import open_alerts
 from sensorcep.routes import silences
+from sensorcep.runtime import get_spark
 from sensorcep.settings import Settings, env_settings
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}
@@ -164,8 +165,6 @@ def serve(host: str = "127.0.0.1", port: int | None = None) -> None:
     """The incident page over the settings of the environment (``SENSORCEP_*``), served until stopped, on ``port``
     (default: ``DATABRICKS_APP_PORT``, which a Databricks App is given, else 8050)."""
     import uvicorn  # noqa: PLC0415 - the app extra: only the incident page serves HTTP
-
-    from sensorcep.runtime import get_spark  # noqa: PLC0415 - the session is made when the page is served, not imported
 
     port = port or int(os.environ.get("DATABRICKS_APP_PORT", "8050"))
     app = create_app(get_spark(), env_settings())

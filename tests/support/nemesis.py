@@ -264,7 +264,7 @@ class Fleet:
         acks = []
 
         def ack(device: str, alert_id: str, at: datetime, action: str = "ack", until: datetime | None = None) -> None:
-            body = {"alert_id": alert_id, "device_id": device, "rule_id": ACKED_RULE, "ack_time": _iso(at),
+            body = {"alert_id": alert_id, "device_id": device, "rule_id": PACKAGED_RULE, "ack_time": _iso(at),
                     "acked_by": f"oncall-{rng.randrange(3)}", "action": action,
                     "until": until and _iso(until)}  # fmt: skip
             acks.append((json.dumps(body).encode(), int(at.timestamp() * 1000)))
@@ -301,12 +301,12 @@ class Fleet:
         )
 
 
-#: the rule the fleet's acks name: the packaged rule its anomalies fire
-ACKED_RULE = "negative_frequency"
+#: the packaged rule (``sensor_freq < 0``): the fleet's anomalies fire it, and its acks name it
+PACKAGED_RULE = "negative_frequency"
 
 
 def _alert_id(record: Record) -> str:
-    return alerts.alert_id(record.device_id, _us(record.event_time), ACKED_RULE)
+    return alerts.alert_id(record.device_id, _us(record.event_time), PACKAGED_RULE)
 
 
 def _iso(t: datetime) -> str:
@@ -764,10 +764,9 @@ def judge(settings: Settings, drained: Drained, acknowledged: dict) -> dict[str,
     assert len(got) == len(set(got)), "a sample row twice"
     assert got == want, f"sensor_samples differs from the oracle: {len(set(got) ^ set(want))} rows differ"
 
-    rule = "negative_frequency"  # the packaged rule set: sensor_freq < 0
     anomalous = bronze[bronze.sensor_freq < 0]
     expected_ids = {
-        alerts.alert_id(d, pd.Timestamp(t).value // 1000, rule)
+        alerts.alert_id(d, pd.Timestamp(t).value // 1000, PACKAGED_RULE)
         for d, t in zip(anomalous.device_id, anomalous.event_time, strict=True)
     }
     stateful = _judge_stateful_rules(settings, drained, bronze, late)

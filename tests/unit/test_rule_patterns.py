@@ -26,16 +26,25 @@ def pattern(*steps, within="1 minute") -> dict:
     return {"id": "p", "kind": "pattern", "within": within, "steps": list(steps)}
 
 
-def alerts(rule: dict, stream: list[tuple[int, float | dict]], watermark_s: int = 1_000) -> list[int]:
-    """The seconds at which the rule fires over (second, reading) events of one device (a reading: sensor_freq, or the
-    event's fields by name), as the stateful rules query runs it (:func:`advance`), after checking that the oracle's
-    literal search says the same."""
+def _rows(stream: list[tuple[int, float | dict]]) -> list[dict]:
+    return [reading if isinstance(reading, dict) else {"sensor_freq": reading} for _, reading in stream]
+
+
+def fired(rule: dict, stream: list[tuple[int, float | dict]], watermark_s: int = 1_000) -> list:
+    """The rule's alerts over (second, reading) events of one device (a reading: sensor_freq, or the event's fields by
+    name), as the stateful rules query runs it (:func:`advance`)."""
     [parsed] = parse_rules({"rules": [rule]})
-    rows = [reading if isinstance(reading, dict) else {"sensor_freq": reading} for _, reading in stream]
-    events = [(t * 1_000_000, row.get("sensor_freq"), None, row) for (t, _), row in zip(stream, rows, strict=True)]
-    fired, _ = advance([VersionedRule(parsed, 1)], "dev", {}, events, watermark_s * 1_000_000)
-    got = [f.event_time_us // 1_000_000 for f in fired]
-    expected = pattern_matches(rule, [t * 1_000_000 for t, _ in stream], rows, watermark_s * 1_000_000)
+    events = [
+        (t * 1_000_000, row.get("sensor_freq"), None, row) for (t, _), row in zip(stream, _rows(stream), strict=True)
+    ]
+    return advance([VersionedRule(parsed, 1)], "dev", {}, events, watermark_s * 1_000_000)[0]
+
+
+def alerts(rule: dict, stream: list[tuple[int, float | dict]], watermark_s: int = 1_000) -> list[int]:
+    """The seconds at which the rule fires (:func:`fired`), after checking that the oracle's literal search says the
+    same."""
+    got = [f.event_time_us // 1_000_000 for f in fired(rule, stream, watermark_s)]
+    expected = pattern_matches(rule, [t * 1_000_000 for t, _ in stream], _rows(stream), watermark_s * 1_000_000)
     assert got == [t // 1_000_000 for t in expected], "the query's logic and the oracle's search disagree"
     return got
 
@@ -145,25 +154,15 @@ def test_a_pattern_without_within_is_refused_and_its_text_reads_as_the_pattern()
     assert parsed.text == "sensor_freq > 90 then no sensor_freq < 60 then sensor_freq > 90{2,} within 2 minutes"
 
 
-def _fired(rule: dict, stream: list[tuple[int, float]], watermark_s: int = 1_000):
-    [parsed] = parse_rules({"rules": [rule]})
-    events = [(t * 1_000_000, value, None) for t, value in stream]
-    return advance([VersionedRule(parsed, 1)], "dev", {}, events, watermark_s * 1_000_000)[0]
-
-
 def test_a_patterns_alert_names_the_time_of_each_steps_events_by_the_rules_step_numbers():
     spikes = pattern({"when": SPIKE}, {"when": RECOVERED, "not": True}, {"when": SPIKE, "times": {"min": 2}},
                      within="2 minutes")  # fmt: skip
-    [fired] = _fired(spikes, [(0, 95.0), (30, 70.0), (60, 96.0), (70, 97.0)])
-    assert fired.detail == (
+    [match] = fired(spikes, [(0, 95.0), (30, 70.0), (60, 96.0), (70, 97.0)])
+    assert match.detail == (
         "step 1 at 1970-01-01T00:00:00.000Z; step 3 at 1970-01-01T00:01:00.000Z to 1970-01-01T00:01:10.000Z"
     )
     quiet = pattern({"when": IS["a"]}, {"when": IS["b"], "not": True}, within="10 seconds")
-    [ended] = _fired(quiet, [(20, LETTER["a"])], watermark_s=40)
+    [ended] = fired(quiet, [(20, LETTER["a"])], watermark_s=40)
     assert (ended.event_time_us, ended.detail) == (30_000_000, "step 1 at 1970-01-01T00:00:20.000Z")
-    assert (
-        _fired({"id": "r", "kind": "rate", "field": "sensor_freq", "op": ">", "value": 1.0}, [(0, 1.0), (1, 9.0)])[
-            0
-        ].detail
-        == ""
-    ), "the other kinds carry no detail"
+    [rate] = fired({"id": "r", "kind": "rate", "field": "sensor_freq", "op": ">", "value": 1.0}, [(0, 1.0), (1, 9.0)])
+    assert rate.detail == "", "the other kinds carry no detail"
