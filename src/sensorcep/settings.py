@@ -96,6 +96,19 @@ class Settings:
             "whatever its rows, so a quiet fleet costs less (docs/triggers.md); empty: trigger"
         },
     )
+    min_batch_records: int = field(
+        default=0,
+        metadata={
+            "doc": "while trigger is an interval: ingest starts a micro-batch only once this many new Kafka records "
+            "wait, or max_batch_delay after its last batch (Spark's minOffsetsPerTrigger, maxTriggerDelay); the "
+            "queries behind bronze follow ingest's commits, so a quiet fleet runs a round per max_batch_delay, a busy "
+            "one per trigger (docs/triggers.md); 0: a batch at every trigger"
+        },
+    )
+    max_batch_delay: str = field(
+        default="1 minute",
+        metadata={"doc": "the longest ingest holds new records back while fewer than min_batch_records wait"},
+    )
     window_duration: str = field(
         default="60 seconds",
         metadata={"doc": "length of the sliding event-time windows 02 samples"},
@@ -270,9 +283,17 @@ class Settings:
             "ack_timeout",
             "max_future",
             "rules_refresh",
+            "max_batch_delay",
         ):
             parse_duration(getattr(self, name), name)
-        for name in ("window_duration", "slide_duration", "device_timeout", "ack_timeout", "rules_refresh"):
+        for name in (
+            "window_duration",
+            "slide_duration",
+            "device_timeout",
+            "ack_timeout",
+            "rules_refresh",
+            "max_batch_delay",
+        ):
             if parse_duration(getattr(self, name), name) <= 0:
                 raise SettingsError(f"{name} must be longer than 0, not {getattr(self, name)!r}")
         if parse_duration(self.slide_duration) > parse_duration(self.window_duration):
@@ -294,6 +315,13 @@ class Settings:
             raise SettingsError("partitions must be >= 1")
         if self.max_offsets_per_trigger < 0:
             raise SettingsError("max_offsets_per_trigger must be >= 0 (0 = no limit)")
+        if self.min_batch_records < 0:
+            raise SettingsError("min_batch_records must be >= 0 (0 = a batch at every trigger)")
+        if self.max_offsets_per_trigger and self.min_batch_records > self.max_offsets_per_trigger:
+            raise SettingsError(
+                f"min_batch_records ({self.min_batch_records:,}) must not exceed max_offsets_per_trigger "
+                f"({self.max_offsets_per_trigger:,}): a batch could never hold what it waits for"
+            )
         parse_pools(self.scheduler_pools)
         if not math.isfinite(self.anomaly_threshold):
             raise SettingsError(f"anomaly_threshold must be a finite number, not {self.anomaly_threshold!r}")

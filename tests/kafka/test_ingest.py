@@ -94,3 +94,27 @@ def test_a_first_run_of_only_bad_records_creates_an_empty_bronze_that_sampling_c
     assert len(_bronze_keys(settings)) == 0  # the table exists, empty: 02 can start on it
     sampling.start_sampling(spark, settings)  # no BronzeMissingError
     assert len(delta_frame(settings.table_path("sensor_samples"))) == 0
+
+
+def test_a_quiet_fleet_waits_for_min_batch_records_and_a_busy_one_does_not(spark, settings):
+    """``min_batch_records``: while fewer records wait, ingest runs no micro-batch (Spark's ``minOffsetsPerTrigger``;
+    ``max_batch_delay`` is an hour here, so only the count can release them); once enough wait, one batch takes all."""
+    settings = settings.replace(trigger="1 second", min_batch_records=500, max_batch_delay="1 hour")
+    create_topics(settings.kafka_bootstrap_servers, [settings.events_topic])
+    query = ingest.start_ingest(spark, settings, wait=False)
+    try:
+        query.processAllAvailable()  # the first trigger (an empty topic) has run: the wait starts from it
+        few = simulator.generate(simulator.SimulationConfig(events=100, devices=10, seed=11, start=START, rate=100))
+        simulator.produce(few, settings.kafka_bootstrap_servers, settings.events_topic)
+        query.processAllAvailable()  # a trigger ran and found too few records to start a batch
+        assert _bronze_keys(settings) == []
+        assert all(p["numInputRows"] == 0 for p in query.recentProgress)
+
+        more = simulator.generate(simulator.SimulationConfig(events=500, devices=10, seed=12, start=few.end, rate=100))
+        simulator.produce(more, settings.kafka_bootstrap_servers, settings.events_topic)
+        query.processAllAvailable()
+        assert set(_bronze_keys(settings)) == _expected(few, more)
+        waited = len(few.records) + len(more.records)
+        assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [waited]
+    finally:
+        query.stop()

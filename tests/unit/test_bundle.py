@@ -151,6 +151,8 @@ DEPLOYED_DIFFERENTLY = {
     "kafka_bootstrap_servers": "required: no placeholder broker (bundle validate names it)",
     "catalog": "required: newer workspaces have no `main` catalog",
     "records_trigger": "the always-on job keeps tables at 1 minute to idle cheaply; a laptop's run goes at `trigger`",
+    "min_batch_records": "the always-on ingest waits for records while the fleet is quiet; a laptop's run batches at "
+    "every trigger",
 }
 
 

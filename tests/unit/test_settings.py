@@ -95,6 +95,10 @@ def test_compound_durations_reach_spark_in_its_own_spelling():
         ({"records_trigger": "availableNow"}, "records_trigger must be an interval such as 1 minute"),
         ({"records_trigger": "realtime"}, "records_trigger must be an interval"),
         ({"records_trigger": "1 minute; DROP TABLE x"}, "records_trigger must be an interval"),
+        ({"min_batch_records": -1}, "min_batch_records must be >= 0"),
+        ({"min_batch_records": 200_000}, "min_batch_records (200,000) must not exceed max_offsets_per_trigger"),
+        ({"max_batch_delay": "0 seconds"}, "max_batch_delay must be longer than 0"),
+        ({"max_batch_delay": "a while"}, "max_batch_delay: cannot read"),
         ({"query_suffix": "/../ingest"}, "query_suffix: '/../ingest' may hold letters, digits and _ only"),
         ({"query_suffix": "-realtime"}, "query_suffix"),
         ({"alerts_topic": "sensor-events"}, "alerts_topic and events_topic are both 'sensor-events'"),
@@ -202,3 +206,12 @@ def test_every_spelling_of_available_now_runs_to_the_end_everywhere(spelling, mo
     assert Query.waited, f"finish() returned before a trigger={spelling!r} query had processed its input"
     with pytest.raises(SettingsError, match="always-on job keeps queries running"):
         always_on.start_task(None, "ingest", settings)
+
+
+def test_only_a_running_ingest_waits_for_records_and_spark_reads_the_delay_in_milliseconds():
+    from sensorcep.io.kafka import batch_wait_options
+
+    waits = Settings(trigger="10 seconds", min_batch_records=10_000, max_batch_delay="1 minute 30 seconds")
+    assert batch_wait_options(waits) == {"minOffsetsPerTrigger": "10000", "maxTriggerDelay": "90000ms"}
+    assert batch_wait_options(waits.replace(min_batch_records=0)) == {}
+    assert batch_wait_options(waits.replace(trigger="availableNow")) == {}, "a run to the end drains, never waits"

@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from sensorcep.errors import SensorCepError
 from sensorcep.runtime import RealTimeUnavailableError, classic_context, get_dbutils, is_databricks, jaas_login_module
-from sensorcep.settings import Settings
+from sensorcep.settings import Settings, parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -190,11 +190,13 @@ def read_kafka(
     starting_offsets: str = "earliest",
     stream: bool = True,
     realtime: bool = False,
+    waits_for_records: bool = False,
 ) -> DataFrame:
     """Kafka records with Spark's Kafka columns (key, value, topic, partition, offset, timestamp, ...).
 
     Streams read at most ``max_offsets_per_trigger`` records per micro-batch (0 = no limit; availableNow
-    honours it too; a ``realtime`` reader has no batches to size, and real-time mode refuses the option). A
+    honours it too; a ``realtime`` reader has no batches to size, and real-time mode refuses the option).
+    ``waits_for_records`` (ingest): :func:`batch_wait_options`. A
     ``realtime`` reader first checks the cluster's task slots against the topic's partitions
     (:func:`check_realtime_slots`).
 
@@ -215,8 +217,20 @@ def read_kafka(
     }
     if stream and settings.max_offsets_per_trigger and not realtime:
         options["maxOffsetsPerTrigger"] = str(settings.max_offsets_per_trigger)
+    if stream and waits_for_records and not realtime:
+        options.update(batch_wait_options(settings))
     reader = spark.readStream if stream else spark.read
     return reader.format("kafka").options(**options).load()
+
+
+def batch_wait_options(settings: Settings) -> dict[str, str]:
+    """The Kafka source's options that hold a micro-batch back until ``min_batch_records`` records wait or
+    ``max_batch_delay`` has passed since the last batch (Spark's ``minOffsetsPerTrigger`` and ``maxTriggerDelay``):
+    none when the setting is 0 or the trigger runs to the end (availableNow drains what is there, and must not wait)."""
+    if not settings.min_batch_records or settings.runs_to_end:
+        return {}
+    delay_ms = round(parse_duration(settings.max_batch_delay, "max_batch_delay") * 1000)
+    return {"minOffsetsPerTrigger": str(settings.min_batch_records), "maxTriggerDelay": f"{delay_ms}ms"}
 
 
 def sink_options(settings: Settings, topic: str) -> dict[str, str]:

@@ -347,7 +347,7 @@ def start_ingest(spark: SparkSession, settings: Settings, *, wait: bool = True):
     devices = load_devices(spark, settings)
     extra = [c for c in devices.columns if c != "device_id"] if devices is not None else []
     starting = "earliest" if checkpoint_exists(settings, QUERY) else resume_offsets(spark, settings)
-    raw = read_kafka(spark, settings, settings.events_topic, starting_offsets=starting)
+    raw = read_kafka(spark, settings, settings.events_topic, starting_offsets=starting, waits_for_records=True)
     stream = bronze_stream(raw, settings, devices)
     # bronze holds its extra fields and devices columns from its first version: its Delta readers never see it change
     added = [f"`{name}` string" for name in settings.extra_field_names]
