@@ -24,6 +24,8 @@ GOES_ON_OTHER = {
     "trigger": "10 seconds",
     "alerts_trigger": "availableNow",
     "max_offsets_per_trigger": 5,
+    "min_batch_records": 5,
+    "max_batch_delay": "5 minutes",
     "max_future": "1 hour",
     "rules_file": "/tmp/other-rules.yml",
     "anomaly_threshold": -5.0,

@@ -44,6 +44,8 @@ GOES_ON = {
     "trigger": "only when batches run changes",
     "alerts_trigger": "a switch of alert mode starts where the other mode ended (alerts.starting_offsets)",
     "max_offsets_per_trigger": "only the size of the batches changes",
+    "min_batch_records": "only when ingest's batches run changes",
+    "max_batch_delay": "only when ingest's batches run changes",
     "max_future": "a record's verdict is made once, when it is read: records read from now on get the new bound",
     "rules_file": "the always-on job restarts the rule queries when the rules change (queries.declare reload_when)",
     "anomaly_threshold": "applies to the events read from now on",
