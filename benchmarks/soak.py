@@ -30,18 +30,22 @@ from harness import (
     CpuMeter,
     argument_parser,
     kafka_consumer,
+    new_kind_rule_set,
     percentile,
     progress,
     record,
     scratch_run,
     source_offsets,
     start_producer,
+    stateful_rule_set,
     topic_end,
 )
 
 from sensorcep.io.lake import Tables
 from sensorcep.pipeline import registry
 from sensorcep.pipeline.ingest import wait_for_bronze
+from sensorcep.rules import catalog
+from sensorcep.rules.model import load_rules
 from sensorcep.runtime import get_spark
 from sensorcep.settings import parse_duration
 
@@ -112,6 +116,14 @@ def main() -> None:
     parser.add_argument(
         "--queries", default=",".join(STARTERS), help="comma-separated subset, to see what one query costs on its own"
     )
+    parser.add_argument(
+        "--rules",
+        choices=("packaged", "v1", "v2"),
+        default="packaged",
+        help="the rules in force beside the packaged one: none (the stateful rules query does not run), one rule of "
+        "each stateful kind of rules v1 (rate, count, absence, sequence, baseline), or rules v2's 20 (windowed "
+        "aggregates, patterns, an any: count; stateful_rules.py's --set v2)",
+    )
     args = parser.parse_args()
     unknown = set(args.queries.split(",")) - set(STARTERS)
     if unknown:
@@ -136,6 +148,8 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
     the drain times) and the minutes' rows."""
     spark = get_spark()
     jvm = spark.sparkContext._jvm
+    extra = {"packaged": list, "v1": lambda: stateful_rule_set(1), "v2": new_kind_rule_set}[args.rules]()
+    catalog.apply_rules(spark, settings, [*load_rules(), *extra])
     offsets = kafka_consumer(settings.kafka_bootstrap_servers)
     producer, out = start_producer(settings, args.rate, args.minutes * 60)
     queries = []
@@ -151,6 +165,7 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
     cpu = CpuMeter(producer.pid)
     print(
         f"soak: {args.rate:,} events/s for {args.minutes} min; trigger {args.trigger}, alerts {args.alerts_trigger}; "
+        f"rules {args.rules} ({len(extra)} beside the packaged); "
         f"topic {settings.events_topic}",
         flush=True,
     )
@@ -198,6 +213,7 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
     drained, caught_up = drain(queries, source_end, args.trigger, by_rows, args.drain_timeout)
     figures = {"rate (events/s)": args.rate, "minutes": args.minutes, "trigger": args.trigger}
     figures["alerts trigger"] = args.alerts_trigger
+    figures["rules"] = args.rules
     figures.update(verdict(rows, heaps, live_heap_mb(jvm), args))
     mean = {group: statistics.mean(c[group] for c in cores) for group in cores[0]}
     print(f"  mean cpu cores over the run: {cpu_line(mean)}")
