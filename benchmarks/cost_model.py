@@ -2,31 +2,38 @@
 from both how many cores a fleet's rate needs.
 
     make broker-up
-    .venv/bin/python benchmarks/cost_model.py                      # 300,000 events, ~6 minutes
-    .venv/bin/python benchmarks/cost_model.py --events 100000 --idle-seconds 30   # a quicker look
+    .venv/bin/python benchmarks/cost_model.py                      # 2 x 300,000 events, ~10 minutes
+    .venv/bin/python benchmarks/cost_model.py --events 100000 --idle-seconds 60   # a quicker look
+    .venv/bin/python benchmarks/cost_model.py --soaks soak_2000,soak_6000         # and the model against two soaks
 
 CPU is measured, not inferred from wall time: the CPU seconds (user + system, psutil) of the Spark JVM, its Python
 workers and this driver process, read around each step. Nothing else may run (the broker and a trickle producer
 are not counted).
 
 1. **Per event.** ``--events`` simulated events (1,000 devices, 1% anomalous, acks for 70% of the alerts) are
-   produced, then each query of the registry runs alone, ``availableNow``, over the whole backlog, in pipeline order
-   (the stateful rules with one rule of each stateful kind; the alert query in micro-batches, as the pipeline job
-   runs it). Each then runs once more with nothing new: that run's CPU (start, plan, stop) is taken off, and the rest,
-   divided by the events, is the query's cost per million fleet events (the queries downstream of the alerts see
-   only the alerts, but are charged per fleet event).
+   produced, and each query of the registry runs alone, ``availableNow``, over them, in pipeline order (the stateful
+   rules with one rule of each stateful kind; the alert query in micro-batches, as the pipeline job runs it): a
+   warm-up, not counted (the JIT compiles each query's code on its first run, which a long-running job pays once).
+   Then ``--events`` more, later in event time, and each query runs over them again, and once more with nothing new:
+   that last run's CPU (start, plan, stop) is taken off the one before, and the rest, divided by the events, is the
+   query's cost per million fleet events (the queries downstream of the alerts see only the alerts, but are charged
+   per fleet event).
 2. **Per micro-batch.** Every query then runs as the always-on job runs them (``--trigger`` for all, the alert query
-   included) while a producer sends a trickle (``--trickle`` events/s) for ``--idle-seconds``: what the pipeline
-   burns when there is almost nothing to do is its fixed cost. Its CPU is split between the queries by their share of
-   the batches' wall time; each query's batch time is broken down from its progress reports: planning, offsets
-   (latestOffset, getBatch, WAL and offset commits), state commit, and the sink (``addBatch``: the foreachBatch
-   writers, with each Delta table's log replay and commit, and the Python workers of the stateful processors).
-3. **Sizing.** cores = rate x (the queries' core-seconds per event) + (their core-seconds per batch) / trigger
-   interval, for a few rates and triggers.
+   included) while a producer sends a trickle (``--trickle`` events/s) for ``--idle-seconds`` after ``--warmup``:
+   what the pipeline burns when there is almost nothing to do is its fixed cost, per trigger round (its CPU over the
+   window's rounds). It is split between the queries by their share of the batches' wall time; each query's batch
+   time is broken down from its progress reports: planning, offsets (latestOffset, getBatch, WAL and offset
+   commits), state commit, and the sink (``addBatch``: the foreachBatch writers, with each Delta table's log replay
+   and commit, and the Python workers of the stateful processors).
+3. **Sizing.** cores = rate x (the queries' core-seconds per event) + (core-seconds per round) / trigger interval,
+   for a few rates and triggers. ``--soaks``: soak results (``soak.py --suffix``) to hold the model against: the
+   cores it predicts for each soak's rate and trigger, the Spark cores the soak measured (minutes 3 on), and their
+   ratio.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 
 from harness import (
@@ -36,6 +43,7 @@ from harness import (
     produce_backlog,
     progress,
     record,
+    results_folder,
     run_to_end,
     scratch_run,
     stateful_rule_set,
@@ -55,6 +63,13 @@ def run_alone(spark, settings, name: str, clock: CpuMeter) -> tuple[float, float
     clock.read()
     wall, _, batches = run_to_end(lambda: registry.query(name).start(spark, settings))
     return clock.read_spark(), wall, sum(p["numInputRows"] for p in batches)
+
+
+def warm_up(spark, settings, clock: CpuMeter) -> None:
+    """Each query once over the first backlog: the JIT's first compilations, and each query's checkpoint started."""
+    for name in registry.registry():
+        cpu, wall, rows = run_alone(spark, settings, name, clock)
+        print(f"  {name:<16} {rows:>9,} input rows  {wall:6.1f} s wall  {cpu:6.1f} CPU s  (warm-up)", flush=True)
 
 
 def per_event(spark, settings, events: int, clock: CpuMeter) -> dict[str, dict]:
@@ -98,7 +113,7 @@ def breakdown(progress: list[dict]) -> dict[str, float]:
 def per_batch(spark, settings, args, clock: CpuMeter) -> tuple[dict[str, dict], float]:
     """Every query running with a trickle arriving: each query's share of the pipeline's CPU per batch and its batch
     time broken down, and the cores the whole pipeline used."""
-    cpu, running, since = always_on_window(spark, settings, args.trickle, 30, args.idle_seconds, clock)
+    cpu, running, since = always_on_window(spark, settings, args.trickle, args.warmup, args.idle_seconds, clock)
     window = {}
     for query in running:
         reports = progress(query, since)
@@ -114,11 +129,14 @@ def per_batch(spark, settings, args, clock: CpuMeter) -> tuple[dict[str, dict], 
 
 def main() -> None:
     parser = argument_parser(__doc__)
-    parser.add_argument("--events", type=int, default=300_000)
-    parser.add_argument("--trigger", default="5 seconds", help="every query's trigger in step 2")
+    parser.add_argument("--events", type=int, default=300_000, help="events of each of step 1's two backlogs")
+    parser.add_argument("--trigger", default="10 seconds", help="every query's trigger in step 2 (the soak's)")
     parser.add_argument("--trickle", type=int, default=20, help="events/s during step 2")
-    parser.add_argument("--idle-seconds", type=int, default=60, help="how long step 2 measures")
+    parser.add_argument("--warmup", type=int, default=60, help="seconds before step 2 measures")
+    parser.add_argument("--idle-seconds", type=int, default=120, help="how long step 2 measures")
+    parser.add_argument("--soaks", default="", help="comma-separated soak results to compare with, e.g. soak_2000")
     args = parser.parse_args()
+    soaks = {name: soak_figures(name) for name in args.soaks.split(",") if name}
 
     with scratch_run(
         "cost",
@@ -133,7 +151,14 @@ def main() -> None:
         spark = get_spark()
         catalog.apply_rules(spark, settings, [*load_rules(), *stateful_rule_set(1)])
         clock = CpuMeter()
-        print(f"\n1. per event: {args.events:,} events, each query alone, availableNow", flush=True)
+        print(f"\n1. per event: {args.events:,} events, each query alone, availableNow (warm-up)", flush=True)
+        warm_up(spark, settings, clock)
+        more = simulator.generate(simulator.SimulationConfig(events=args.events, seed=6, start=sim.end))
+        simulator.produce(more, settings.kafka_bootstrap_servers, settings.events_topic, progress=True)
+        simulator.produce_records(
+            simulator.acknowledgements(more), settings.kafka_bootstrap_servers, settings.acks_topic
+        )
+        print(f"   {args.events:,} more, measured", flush=True)
         costs = per_event(spark, settings, args.events, clock)
         print(f"\n2. per micro-batch: every query running, trigger {args.trigger}, {args.trickle} events/s", flush=True)
         # fresh topics and tables: no backlog, no watermark jump from step 1's event times to now
@@ -147,13 +172,21 @@ def main() -> None:
         ) as idle:
             catalog.apply_rules(spark, idle, [*load_rules(), *stateful_rule_set(1)])
             fixed, idle_cores = per_batch(spark, idle, args, clock)
-        figures, table = report(costs, fixed, args)
+        figures, table = report(costs, fixed, idle_cores, args, soaks)
         stop_session(spark)
     figures["the pipeline idling (cores)"] = idle_cores
     record("cost_model", figures, table)
 
 
-def report(costs: dict, fixed: dict, args) -> tuple[dict, list[dict]]:
+def soak_figures(name: str) -> dict:
+    """A soak's recorded figures (``benchmarks/results/<name>.json``, ``soak.py --suffix``); a clear stop if none."""
+    path = results_folder() / f"{name}.json"
+    if not path.exists():
+        raise SystemExit(f"--soaks {name}: {path} does not exist; run benchmarks/soak.py --suffix {name[4:]} first")
+    return json.loads(path.read_text())["figures"]
+
+
+def report(costs: dict, fixed: dict, idle_cores: float, args, soaks: dict) -> tuple[dict, list[dict]]:
     """Print the per-query table, the totals and the sizing; returns them as figures and the table's rows."""
     print("\nquery             core-s/M events  core-s/batch  batch ms  planning  offsets  state commit  sink")
     table = []
@@ -178,7 +211,9 @@ def report(costs: dict, fixed: dict, args) -> tuple[dict, list[dict]]:
             }
         )
     per_event_core_s = sum(c["core_s_per_million"] for c in costs.values()) / 1e6
-    per_batch_core_s = sum(f.get("core_s_per_batch", 0) for f in fixed.values())
+    # the fixed cost per round: what every query running at a trickle used, per trigger interval (the per-query shares
+    # above sum to more where a query ran fewer batches than the window had rounds)
+    per_batch_core_s = idle_cores * parse_duration(args.trigger)
     print(f"\nall queries: {per_event_core_s * 1e6:.1f} core-s per million events + {per_batch_core_s:.2f} core-s per "
           "trigger")  # fmt: skip
     figures = {
@@ -196,6 +231,15 @@ def report(costs: dict, fixed: dict, args) -> tuple[dict, list[dict]]:
         print(f"  {rate:>8,}    {need[0]:>10.2f}   {need[1]:>12.2f}")
         for trigger, cores in zip(("10 s", "60 s"), need, strict=True):
             figures[f"cores needed at {rate:,} events/s, trigger {trigger} (cores)"] = cores
+    for name, soak in soaks.items():
+        rate, trigger = soak["rate (events/s)"], soak["trigger"]
+        measured = next(v for k, v in soak.items() if k.startswith("steady cpu") and k.endswith("Spark (cores)"))
+        predicted = rate * per_event_core_s + per_batch_core_s / parse_duration(trigger)
+        print(f"  {name}: {rate:,} events/s at {trigger}: the model says {predicted:.2f} cores, the soak used "
+              f"{measured:.2f} ({predicted / measured:.2f}x)")  # fmt: skip
+        figures[f"{name}, {rate:,} events/s: predicted (cores)"] = predicted
+        figures[f"{name}, {rate:,} events/s: measured (cores)"] = measured
+        figures[f"{name}, {rate:,} events/s: predicted / measured (x)"] = predicted / measured
     return figures, table
 
 

@@ -27,6 +27,7 @@ import time
 from datetime import datetime
 
 from harness import (
+    SPARK_PARTS,
     CpuMeter,
     argument_parser,
     kafka_consumer,
@@ -114,6 +115,12 @@ def main() -> None:
     )
     parser.add_argument("--drain-timeout", type=int, default=600, help="seconds to wait for every query to catch up")
     parser.add_argument(
+        "--suffix",
+        default="",
+        help="added to the results' name (--suffix _2000: benchmarks/results/soak_2000.json), so soaks at two rates "
+        "are kept side by side, for cost_model.py --soaks",
+    )
+    parser.add_argument(
         "--queries", default=",".join(STARTERS), help="comma-separated subset, to see what one query costs on its own"
     )
     parser.add_argument(
@@ -140,7 +147,7 @@ def main() -> None:
         max_offsets_per_trigger=0,
     ) as settings:
         figures, rows = soak(args, settings)
-    record("soak", figures, rows)
+    record(f"soak{args.suffix}", figures, rows)
 
 
 def soak(args, settings) -> tuple[dict, list[dict]]:
@@ -216,6 +223,10 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
     figures["rules"] = args.rules
     figures.update(verdict(rows, heaps, live_heap_mb(jvm), args))
     mean = {group: statistics.mean(c[group] for c in cores) for group in cores[0]}
+    steady = cores[2:] or cores  # minutes 1-2 are warm-up, as for the verdict
+    figures[f"steady cpu, minutes 3-{args.minutes}: Spark (cores)"] = statistics.mean(
+        sum(c[part] for part in SPARK_PARTS) for c in steady
+    )
     print(f"  mean cpu cores over the run: {cpu_line(mean)}")
     print(drained)
     figures.update({f"mean cpu: {group} (cores)": used for group, used in mean.items()})

@@ -77,7 +77,14 @@ def test_each_script_records_its_results_with_the_harness(script):
         for node in ast.walk(tree)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "record"
     ]
-    assert [ast.literal_eval(call.args[0]) for call in calls] == [script.stem]
+    assert [_name_of(call.args[0]) for call in calls] == [script.stem]
+
+
+def _name_of(node: ast.expr) -> str:
+    """A results name as the script writes it: a literal, or an f-string led by a literal (``f"soak{suffix}"``)."""
+    if isinstance(node, ast.JoinedStr):
+        return ast.literal_eval(node.values[0])
+    return ast.literal_eval(node)
 
 
 @pytest.fixture

@@ -426,7 +426,7 @@ def test_05_says_in_one_sentence_when_its_identity_may_not_list_the_jobs_runs(ca
 def test_the_deploy_checklist_names_only_tests_that_exist():
     text = CHECKLIST.read_text()
     named = set(re.findall(r"\b(test_\w+)", text)) - {"test_bundle", "test_deploy", "test_packaging"}
-    sources = "".join(p.read_text() for p in (PROJECT_ROOT / "tests" / "unit").glob("test_*.py"))
+    sources = "".join(p.read_text() for p in (PROJECT_ROOT / "tests").rglob("test_*.py"))  # any tier
     defined = set(re.findall(r"^def (test_\w+)", sources, flags=re.M))
     assert named and named <= defined, sorted(named - defined)
     for must in ("service principal", "catalog", "secret scope", "PyPI", "egress", "--no-wait", "ON_FAILURE"):
