@@ -4,7 +4,7 @@ from both how many cores a fleet's rate needs.
     make broker-up
     .venv/bin/python benchmarks/cost_model.py                      # 2 x 300,000 events, ~10 minutes
     .venv/bin/python benchmarks/cost_model.py --events 100000 --idle-seconds 60   # a quicker look
-    .venv/bin/python benchmarks/cost_model.py --soaks soak_2000,soak_6000         # and the model against two soaks
+    .venv/bin/python benchmarks/cost_model.py --soaks soak_500,soak_2000          # and the model against two soaks
 
 CPU is measured, not inferred from wall time: the CPU seconds (user + system, psutil) of the Spark JVM, its Python
 workers and this driver process, read around each step. Nothing else may run (the broker and a trickle producer
@@ -63,6 +63,13 @@ def run_alone(spark, settings, name: str, clock: CpuMeter) -> tuple[float, float
     clock.read()
     wall, _, batches = run_to_end(lambda: registry.query(name).start(spark, settings))
     return clock.read_spark(), wall, sum(p["numInputRows"] for p in batches)
+
+
+def backlog_with_acks(settings, events: int, seed: int, **start):
+    """A backlog (:func:`produce_backlog`) and acks for 70% of its alerts on the acks topic."""
+    sim = produce_backlog(settings, events, seed, **start)
+    simulator.produce_records(simulator.acknowledgements(sim), settings.kafka_bootstrap_servers, settings.acks_topic)
+    return sim
 
 
 def warm_up(spark, settings, clock: CpuMeter) -> None:
@@ -145,19 +152,13 @@ def main() -> None:
         alerts_trigger="availableNow",
         max_offsets_per_trigger=str(args.events),
     ) as settings:
-        sim = produce_backlog(settings, args.events, seed=5)
-        acks = simulator.acknowledgements(sim)
-        simulator.produce_records(acks, settings.kafka_bootstrap_servers, settings.acks_topic)
+        sim = backlog_with_acks(settings, args.events, seed=5)
         spark = get_spark()
         catalog.apply_rules(spark, settings, [*load_rules(), *stateful_rule_set(1)])
         clock = CpuMeter()
         print(f"\n1. per event: {args.events:,} events, each query alone, availableNow (warm-up)", flush=True)
         warm_up(spark, settings, clock)
-        more = simulator.generate(simulator.SimulationConfig(events=args.events, seed=6, start=sim.end))
-        simulator.produce(more, settings.kafka_bootstrap_servers, settings.events_topic, progress=True)
-        simulator.produce_records(
-            simulator.acknowledgements(more), settings.kafka_bootstrap_servers, settings.acks_topic
-        )
+        backlog_with_acks(settings, args.events, seed=6, start=sim.end)
         print(f"   {args.events:,} more, measured", flush=True)
         costs = per_event(spark, settings, args.events, clock)
         print(f"\n2. per micro-batch: every query running, trigger {args.trigger}, {args.trickle} events/s", flush=True)

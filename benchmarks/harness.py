@@ -106,12 +106,15 @@ BACKLOG_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 ANOMALY_RULE = "negative_frequency"
 
 
-def produce_backlog(settings: Settings, events: int, seed: int, **config) -> Simulation:
-    """``events`` simulated events (``sensorcep.local.simulator``; ``config``: more of its ``SimulationConfig``)
-    produced to the events topic before any clock runs. Returns the simulation (its acknowledgements, for instance)."""
+def produce_backlog(
+    settings: Settings, events: int, seed: int, start: datetime = BACKLOG_START, **config
+) -> Simulation:
+    """``events`` simulated events from ``start`` (``sensorcep.local.simulator``; ``config``: more of its
+    ``SimulationConfig``) produced to the events topic before any clock runs. Returns the simulation (its
+    acknowledgements, or its ``end`` to start a later backlog from)."""
     from sensorcep.local import simulator  # pandas and pyarrow: only the scripts that produce a backlog pay for them
 
-    simulation = simulator.generate(simulator.SimulationConfig(events=events, seed=seed, start=BACKLOG_START, **config))
+    simulation = simulator.generate(simulator.SimulationConfig(events=events, seed=seed, start=start, **config))
     simulator.produce(simulation, settings.kafka_bootstrap_servers, settings.events_topic, progress=True)
     return simulation
 

@@ -1,5 +1,5 @@
 """What the always-on job burns while the fleet is quiet: every query of every always-on task running, a trickle of
-events arriving, the CPU over a window. Two configurations side by side, in one run on the same machine:
+events arriving, the CPU over a window. Three configurations one after another, in one run on the same machine:
 
 * ``every query at trigger``: every micro-batch query at ``--trigger`` (``records_trigger`` empty, the job until
   records_trigger existed);
@@ -36,10 +36,10 @@ from sensorcep.runtime import get_spark
 from sensorcep.settings import parse_duration
 
 
-def jit_seconds() -> float:
+def jit_seconds(clock: CpuMeter) -> float:
     """CPU seconds the Spark JVM's JIT compiler threads (HotSpot's ``C1``/``C2 CompilerThread``) have used so far."""
     total = 0.0
-    for jvm in CpuMeter().parts()["spark JVM"]:
+    for jvm in clock.parts()["spark JVM"]:
         for thread in Path(f"/proc/{jvm.pid}/task").iterdir():
             try:
                 if (thread / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
@@ -105,9 +105,9 @@ def main() -> None:
             **overrides,
         ) as settings:
             catalog.apply_rules(spark, settings, [*load_rules(), *stateful_rule_set(1)])
-            jit = jit_seconds()
+            jit = jit_seconds(clock)
             cores, rows = idle(spark, settings, args, clock)
-            jit = (jit_seconds() - jit) / args.idle_seconds
+            jit = (jit_seconds(clock) - jit) / args.idle_seconds
         round_s = parse_duration(args.trigger)
         figures[f"cores: {name} (cores)"] = cores
         figures[f"per {args.trigger} round: {name} (core-s)"] = cores * round_s
