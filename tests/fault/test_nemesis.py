@@ -1,13 +1,15 @@
 """The seeded fault test over the always-on job (``tests/support/nemesis.py``): one kill -9 of Spark at every kind of
 kill point (before and after a query's K-th non-empty Delta append or MERGE, as its offset log, commit log or state
 store version lands, as a table's Delta checkpoint lands, inside the write of a Delta commit file, of a Delta
-checkpoint and of an offset and a commit log entry), of the real-time query's Kafka sink and of the broker, a
+checkpoint and of an offset and a commit log entry, as the notifier's message has reached its receiver), of the
+real-time query's Kafka sink and of the broker, a
 stop of the real-time alert query and a second writer, under a fleet whose clocks disagree and whose on-call people
 ack and snooze (some acks for alerts that never come, some before their alert); then exact equality with
 what the producer got acknowledged and with the sampling oracle. Every planned point must be reached. The long random
 chain over every point runs in ``make nightly`` (``tests/support/nemesis.py --seed 7 --kills 60``). Then five bugs
 are planted one at a time in what the verdict read of the drained tables (a record dropped, an append doubled, an
-escalation lost, an on-time event kept as late, an ack lost): the verdict must fail on each, naming it."""
+escalation lost, an on-time event kept as late, an ack lost, a delivered message the ledger lost): the verdict must
+fail on each, naming it."""
 
 from collections import Counter
 
@@ -46,6 +48,11 @@ def _lose_an_ack(transitions: pd.DataFrame) -> pd.DataFrame:
     return transitions.drop(acked.index[:1])
 
 
+def _lose_a_message(ledger: pd.DataFrame) -> pd.DataFrame:
+    """A message the receiver got that the ledger lost (its pass replayed, the row never appended)."""
+    return ledger.drop(ledger.index[ledger.status == "delivered"][:1])
+
+
 #: (bug, table, plant(the table's judged rows) -> the rows with the bug, what the verdict must say)
 PLANTED = [
     ("a record dropped in ingest", "bronze_events", _drop_one, r"ingest's tables .* miss 1 of its"),
@@ -53,6 +60,12 @@ PLANTED = [
     ("an escalation lost", "alert_escalations", _lose_one, r"alert_escalations lost 1 escalation"),
     ("an on-time event kept as late", "late_events", _keep_on_time, "after the watermark Spark used"),
     ("an ack lost", "alert_events", _lose_an_ack, "alert_events differ from the lifecycle over the alerts it took"),
+    (
+        "a message the ledger lost",
+        "notifications",
+        _lose_a_message,
+        r"the receiver got 1 message\(s\) the ledger does not",
+    ),
 ]
 OWN_BROKER = "127.0.0.1:19094"  # killed by the nemesis: not the session's broker
 SEED = 20261126
@@ -74,7 +87,7 @@ def test_every_kind_of_kill_point_is_reached_and_loses_nothing_and_doubles_nothi
     )
     try:  # the broker stays up until the verdict has read the topics
         outcomes = nemesis.run()
-        drained = Drained.read(nemesis.settings)
+        drained = Drained.read(nemesis.settings, nemesis.receiver.received)
         counts = judge(nemesis.settings, drained, nemesis.acknowledged)
         print("\n".join(f"{action:48} {outcome}" for action, outcome in outcomes), counts)
         assert not nemesis.missed, f"kill points planned but not reached: {nemesis.missed}"
@@ -84,8 +97,9 @@ def test_every_kind_of_kill_point_is_reached_and_loses_nothing_and_doubles_nothi
         assert kinds["sink"] == kinds["broker"] == kinds["stop_alerts"] == kinds["second_writer"] == 1, kinds
         assert counts["acknowledged"] == counts["records"], "every record in the topic was acknowledged"
         # the run exercised every path the verdict covers
-        exercised = ("quarantine", "duplicates", "late", "samples", "anomalies", "escalations")
+        exercised = ("quarantine", "duplicates", "late", "samples", "anomalies", "escalations", "notifications")
         assert all(counts[table] > 0 for table in exercised), counts
+        assert counts["resent"] > 0, "the delivery kill came between a send and its record: the replay sent again"
         # the fleet's acks reached the lifecycle: incidents acked or snoozed, and acks with nothing open to close
         assert counts["acked"] + counts["snoozed"] > 0 and counts["ignored"] > 0, counts
 

@@ -9,6 +9,9 @@ progress, not by time:
 
 * ``commit``:   kill -9 of Spark inside a Delta write: before or after the K-th append or MERGE of a table (bronze,
                 quarantine, duplicates, samples, late events, device status, the anomalies MERGE, escalations);
+* ``delivery``: kill -9 of Spark right after the notifier's K-th message reached its receiver (a real HTTP server on
+                loopback, in this process), before the pass that sent it recorded it: the replay sends it again, with
+                the same notification id;
 * ``sink``:     kill -9 of Spark while the real-time alert query writes to the alerts topic;
 * ``moment``:   kill -9 of Spark at a seeded moment after its first write;
 * ``broker``:   kill -9 of the Kafka broker while the producer produces and the job runs; the broker restarts from
@@ -53,6 +56,7 @@ from sensorcep.pipeline import alerts  # noqa: E402
 from sensorcep.settings import Settings  # noqa: E402
 from support.nemesis_driver import DRAIN_FLAG, IN_TABLE, IN_WRITE  # noqa: E402
 from support.oracle import ew_baseline, reference_samples, stateful_rule_alerts  # noqa: E402
+from support.receiver import LoopbackReceiver  # noqa: E402
 from support.streams import delta_frame, oracle_rows, sample_tuples, topic_end_offsets, topic_records  # noqa: E402
 
 DRIVER = Path(__file__).with_name("nemesis_driver.py")
@@ -79,7 +83,7 @@ WRITES = [
 ]
 CHECKPOINTED = ["ingest", "sampling", "device_activity", "stateful_rules", "anomalies", "alert_lifecycle"]
 STATEFUL = ["sampling", "device_activity", "stateful_rules", "alert_lifecycle"]
-POINT_KINDS = ("before", "after", "offset_log", "commit_log", "state_commit", "delta_checkpoint", *IN_WRITE)
+POINT_KINDS = ("before", "after", "offset_log", "commit_log", "state_commit", "delta_checkpoint", *IN_WRITE, "delivery")
 #: what the suite's run visits: one point of every kind, on a seeded target, at its first non-empty commit (each run of
 #: the job costs minutes on 2 cores); the nightly chain draws from every point, K up to 12 (past a Delta checkpoint)
 SUITE = {
@@ -93,6 +97,7 @@ SUITE = {
     "in_delta_checkpoint": ["bronze_events"],
     "in_offset_log": ["ingest"],
     "in_commit_log": ["ingest", "sampling"],
+    "delivery": ["notifier"],
 }
 #: the stateful rules the nightly chain's fleet runs under faults, one of each kind that keeps per-device state in
 #: event time, tuned to the fleet (20 devices, about two events a minute each, sensor_freq 0-100, 7% negative)
@@ -106,6 +111,22 @@ STATEFUL_RULES = [
     {"id": "odd", "kind": "baseline", "field": "sensor_freq", "k": 2.0, "span": 10, "min_events": 5},
 ]  # fmt: skip
 KILLS = ("point", "sink", "moment", "broker", "task")
+#: who the fleet's incidents reach: one webhook on loopback, a group per device (a message per device's incidents),
+#: told at the pass that reads them (the fleet's event times are past every ``group_wait``) and, when an incident
+#: joins a group already told, at the next pass (``group_interval`` under the 2-s trigger); no repeats in a run
+ROUTES = """
+receivers:
+  - name: oncall
+    webhook: {{url: "{url}/oncall", hmac_secret: hook-hmac}}
+route:
+  receiver: oncall
+  group_by: [device_id]
+  group_wait: 1 second
+  group_interval: 1 second
+  repeat_interval: 24 hours
+"""
+#: the routes' secret scope; locally a secret is the environment variable ``<SCOPE>_<NAME>`` (the driver's)
+ROUTES_SCOPE, ROUTES_SECRET_ENV = "nemesis", {"NEMESIS_HOOK_HMAC": "nemesis-hmac-key"}
 #: the task a ``task`` action kills alone: the one Databricks runs on a cluster of its own
 ALONE = "alerts"
 #: the tasks a query's new input comes from, besides its own: sampling_state reads bronze (ingest writes it),
@@ -173,7 +194,9 @@ def plan(seed: int, kills: int) -> list[Action]:
     for kind in kinds[:kills]:
         if kind == "point":
             where = rng.choice(POINT_KINDS)
-            targets = {"before": WRITES, "after": WRITES, "state_commit": STATEFUL}.get(where, CHECKPOINTED)
+            targets = {"before": WRITES, "after": WRITES, "state_commit": STATEFUL, "delivery": ["notifier"]}.get(
+                where, CHECKPOINTED
+            )
             if where == "delta_checkpoint" or where in IN_TABLE:  # tables that commit often enough to reach K
                 targets = sorted({t for _, t in WRITES} - {"alert_escalations", "device_status", "device_baselines"})
             once = where in ("delta_checkpoint", "in_delta_checkpoint")  # the next checkpoint: a run makes one or two
@@ -375,7 +398,12 @@ class Driver:
         self.point, self.log, self.lines, self.writes = point, log, [], 0
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, **ROUTES_SECRET_ENV},
         )
         self.stderr: list[str] = []
         self._readers = [
@@ -467,8 +495,12 @@ class Nemesis:
             device_timeout="3 minutes",
             max_offsets_per_trigger=2_000,
         )
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.receiver = LoopbackReceiver()  # listening now (its port is in the routes); serving from :meth:`run`
+        routes_file = self.workdir / "routes.yaml"
+        routes_file.write_text(ROUTES.format(url=self.receiver.url))
+        self.settings = self.settings.replace(routes_file=str(routes_file), routes_secret_scope=ROUTES_SCOPE)
         if self.stateful:
-            self.workdir.mkdir(parents=True, exist_ok=True)
             rules_file = self.workdir / "rules.yaml"
             rules_file.write_text(yaml.safe_dump({"rules": [*packaged_rules(), *STATEFUL_RULES]}))
             self.settings = self.settings.replace(rules_file=str(rules_file))
@@ -488,6 +520,8 @@ class Nemesis:
                 "device_timeout",
                 "max_offsets_per_trigger",
                 "rules_file",
+                "routes_file",
+                "routes_secret_scope",
             )
         }
         self.fleet = Fleet(self.seed, per_chunk=self.per_chunk)
@@ -502,6 +536,7 @@ class Nemesis:
         broker.create_topics(self.bootstrap, [self.settings.acks_topic], partitions=1)
         self.producer = FleetProducer(self.fleet, self.bootstrap, self.settings.events_topic, self.settings.acks_topic)
         self.producer.start()
+        self.receiver.__enter__()
         started = time.monotonic()
         for index, action in enumerate(self.actions):
             outcome = getattr(self, f"_{action.kind}")(action)
@@ -519,6 +554,7 @@ class Nemesis:
         code = self.driver.end(900)
         assert code == 0, f"the final run failed (exit {code}):\n{self.driver.errors()}"
         self.outcomes.append(("drain", f"{draining} drained everything and stopped: exit 0"))
+        self.receiver.__exit__(None, None, None)  # every run has ended: nothing sends any more
         self.log(f"    {time.monotonic() - started:6.0f} s  {draining} drained: exit 0")
         return self.outcomes
 
@@ -676,6 +712,7 @@ JUDGED = {
     "device_status": ["device_id", "status_event", "status", "changed_at", "event_count"],
     "device_baselines": ["device_id", "rule_id", "rule_version", "events", "mean", "spread", "as_of", "batch_id"],
     "stream_progress": ["query_name", "batch_id", "rows_dropped_by_watermark"],
+    "notifications": ["notification_id", "receiver", "incident_ids", "status", "reason"],
 }
 
 
@@ -690,9 +727,11 @@ class Drained:
     events: list[tuple]
     alerts: list[tuple]
     acks: list[tuple]
+    #: every POST the routes' receiver got: (path, headers, body)
+    received: list[tuple] = field(default_factory=list)
 
     @classmethod
-    def read(cls, settings: Settings) -> Drained:
+    def read(cls, settings: Settings, received: list[tuple] = ()) -> Drained:
         from sensorcep.io import delta
         from sensorcep.runtime import get_spark
 
@@ -704,7 +743,7 @@ class Drained:
             tables[table] = delta_frame(path, columns) if found else pd.DataFrame(columns=columns)
         topics = (settings.events_topic, settings.alerts_topic, settings.acks_topic)
         events, alerts, acks = (topic_records(bootstrap, t) for t in topics)
-        return cls(tables, events, alerts, acks)
+        return cls(tables, events, alerts, acks, list(received))
 
     def frame(self, table: str) -> pd.DataFrame:
         return self.tables[table].copy()
@@ -792,6 +831,7 @@ def judge(settings: Settings, drained: Drained, acknowledged: dict) -> dict[str,
     acks = [json.loads(v) for _, _, _, v in drained.acks]
     transitions = _judge_lifecycle(settings, drained.frame("anomalies"), late, events, acks)
     _judge_device_status(settings, drained.frame("device_status"), bronze, late)
+    told = _judge_notifications(events, drained.frame("notifications"), drained.received)
 
     progress = drained.frame("stream_progress")
     dropped = progress[pd.to_numeric(progress.rows_dropped_by_watermark).fillna(0) > 0]
@@ -819,7 +859,38 @@ def judge(settings: Settings, drained: Drained, acknowledged: dict) -> dict[str,
         "stateful_alerts": len(stateful),
         "acks": len(acks),
         **{transition: transitions.get(transition, 0) for transition in ("acked", "snoozed", "ignored")},
+        **told,
     }
+
+
+def _judge_notifications(events: pd.DataFrame, ledger: pd.DataFrame, received: list[tuple]) -> dict[str, int]:
+    """The notifier under faults: each notification once in the ledger; the receiver got exactly the messages the
+    ledger says were delivered (a message sent again after a kill carries the id, and the body, it was first sent
+    with); every incident that paged and is still open was told. An incident that closed may have closed before the
+    pass that would have told it (a pass reads what the lifecycle appended since the last: how many transitions it
+    reads together depends on the runs), so a closed one may be untold, never told twice."""
+    twice = ledger.notification_id[ledger.notification_id.duplicated()]
+    assert twice.empty, f"notifications: a message recorded twice, e.g. {twice.iloc[0] if len(twice) else ''}"
+    bodies: dict[str, set[bytes]] = {}
+    for _, headers, body in received:
+        bodies.setdefault(headers["Idempotency-Key"], set()).add(body)
+    changed = sorted(key for key, seen in bodies.items() if len(seen) > 1)
+    assert not changed, f"a message sent again with another body under its id: {changed[:3]}"
+    delivered = set(ledger.notification_id[ledger.status == "delivered"])
+    unrecorded, unsent = set(bodies) - delivered, delivered - set(bodies)
+    assert not unrecorded, (
+        f"the receiver got {len(unrecorded)} message(s) the ledger does not hold: {sorted(unrecorded)[:3]}"
+    )
+    assert not unsent, (
+        f"the ledger says {len(unsent)} message(s) were delivered that never arrived: {sorted(unsent)[:3]}"
+    )
+    paged = set(events.incident_id[events.transition.isin(["opened", "escalated"])].dropna())
+    closed = set(events.incident_id[events.transition.isin(["acked", "resolved"])].dropna())
+    told = {i for ids in ledger.incident_ids[ledger.status.isin(["delivered", "suppressed"])] for i in ids}
+    untold = paged - closed - told
+    assert not untold, f"{len(untold)} open incident(s) nobody was told of: {sorted(untold)[:3]}"
+    assert told <= paged, f"a message about an incident that never paged: {sorted(told - paged)[:3]}"
+    return {"notifications": len(delivered), "resent": len(received) - len(bodies), "incidents_told": len(told)}
 
 
 def _us(t) -> int:
@@ -1050,7 +1121,7 @@ def main() -> None:
     nemesis = Nemesis(args.seed, actions, workdir, args.broker)
     try:
         nemesis.run()
-        drained = Drained.read(nemesis.settings)
+        drained = Drained.read(nemesis.settings, nemesis.receiver.received)
         counts = judge(nemesis.settings, drained, nemesis.acknowledged)
         print(json.dumps(counts))
         if nemesis.stateful:  # the verifier of the stateful rules: a lost alert must fail it, naming the loss

@@ -24,6 +24,8 @@ arms one fault inside the process; each is reached or the run never dies by itse
   or Spark's checkpoint file manager (an offset or commit log entry) writes and then renames into place (Linux
   inotify: the kill follows the creation by microseconds, the rename by milliseconds); the line ``inside <temporary
   file>`` names it, and the nemesis checks that the file was left half done;
+* ``delivery:notifier:K``       kill -9 as the notifier's K-th message of the run has reached its receiver, before
+  the pass that sent it records its groups and ledger rows: the replayed pass must send it again with the same id;
 * ``stop_alerts:K``             after the anomalies query's K-th write, stop the real-time alert query and start it
   again on its checkpoint (a task restart of the always-on job);
 * ``drain``                     no fault: run until every query has read everything and applied the final watermark,
@@ -132,6 +134,31 @@ def watch_writes(point: str, settings) -> None:
     threading.Thread(target=run, daemon=True).start()
 
 
+def arm_delivery(point: str) -> None:
+    """Kill the process right after the notifier's K-th message of this run was delivered (its receiver answered):
+    the sender the notifier query builds (:func:`sensorcep.pipeline.notifications.sender`) counts its deliveries."""
+    from sensorcep.pipeline import notifications
+
+    k, build, delivered = int(point.split(":")[2]), notifications.sender, 0
+
+    def sender(*args, **kwargs):
+        send = build(*args, **kwargs)
+
+        def counted(message):
+            nonlocal delivered
+            outcome = send(message)
+            if outcome.status == "delivered":
+                delivered += 1
+                print(f"delivered {message.notification_id} {delivered}", flush=True)
+                if delivered == k:
+                    die(point)
+            return outcome
+
+        return counted
+
+    notifications.sender = sender
+
+
 def arm(spark, point: str | None, on_write) -> None:
     """Wrap the Delta writes of :class:`sensorcep.io.lake.Tables` with progress lines and the write kill point: the
     query is the one whose micro-batch runs the write (Spark's ``sql.streaming.queryId`` of the calling thread)."""
@@ -231,6 +258,8 @@ def main() -> None:
         print("restarted alerts", flush=True)
 
     arm(spark, point, on_write)
+    if point and point.startswith("delivery:"):
+        arm_delivery(point)
     if point and point.split(":")[0] in FILE_POINTS:
         watch_files(point, settings)
     if point and point.split(":")[0] in IN_WRITE:

@@ -163,10 +163,13 @@ def topic_records(bootstrap: str, topic: str) -> list[tuple[int, int, bytes, byt
 def drained(settings):
     """Stop condition: every query has read its source to the end (the alert readers: once the alerts are out; the
     bronze readers: once ingest has committed everything), and every micro-batch query has run a batch without new
-    rows after that (the one that applies the new watermark)."""
+    rows after that (the one that applies the new watermark); and the notifier, when it runs, has read the lifecycle's
+    last commit to ``alert_events`` and passed twice since (an incident that joined a group already told is told at
+    the next pass)."""
     from sensorcep.pipeline.streaming import caught_up
 
     events_end = {settings.events_topic: topic_end_offsets(settings.kafka_bootstrap_servers, settings.events_topic)}
+    read_all: dict[str, int] = {}  # the alert_events version the notifier has read up to, and the batch that read it
 
     def idle(query) -> bool:
         return query.lastProgress is not None and query.lastProgress.numInputRows == 0
@@ -187,9 +190,25 @@ def drained(settings):
         if not all(after_ingest(by_name[name], ingest) for name in ("sampling", "device_activity")):
             return False
         alerts_end = {settings.alerts_topic: topic_end_offsets(settings.kafka_bootstrap_servers, settings.alerts_topic)}
-        return all(
+        if not all(
             caught_up(by_name[name], alerts_end) and idle(by_name[name]) for name in ("anomalies", "alert_lifecycle")
-        )
+        ):
+            return False
+        return "notifier" not in by_name or told(by_name["notifier"])
+
+    def told(notifier) -> bool:
+        last = notifier.lastProgress
+        if last is None:
+            return False
+        log = Path(settings.table_path("alert_events")) / "_delta_log"
+        latest = max(int(p.stem) for p in log.glob("*.json"))
+        if read_all.get("version") != latest:
+            sources = json.loads(last.json)["sources"]  # offsets as JSON (``SourceProgress.endOffset`` is a repr)
+            end = next(s["endOffset"] for s in sources if s["description"].startswith("DeltaSource"))
+            if end is None or end["reservoirVersion"] < latest:
+                return False
+            read_all.update(version=latest, batch=last.batchId)
+        return last.batchId >= read_all["batch"] + 2
 
     return done
 

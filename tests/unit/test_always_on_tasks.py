@@ -8,7 +8,7 @@ from pyspark.errors import StreamingQueryException
 
 from sensorcep.local import jobs
 from sensorcep.pipeline import always_on, queries
-from sensorcep.settings import SettingsError
+from sensorcep.settings import Settings, SettingsError
 
 
 def test_always_on_task_refuses_availablenow_and_unknown_tasks():
@@ -33,7 +33,7 @@ def test_the_always_on_job_runs_only_the_tasks_asked_for_and_names_an_unknown_on
     started = []
 
     class Started:
-        reloads, queries, settings = False, [], None
+        reloads, queries, settings = False, [], Settings()
 
         def started(self):
             return []

@@ -1,11 +1,17 @@
 """Delivery of one message (issue "Incidents reach people"): each receiver's own format, signed webhooks, retries
-with the same notification id, and a dead letter instead of an exception, against a real HTTP server on loopback."""
+with the same notification id, and a dead letter instead of an exception, against a real HTTP server on loopback;
+e-mail against a real SMTP server on loopback (STARTTLS, a login, the server's certificate checked)."""
 
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 
 import pytest
+import trustme
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult
 from support.receiver import LoopbackReceiver
 
 from sensorcep.routes import delivery
@@ -70,8 +76,59 @@ def test_a_failing_receiver_is_retried_with_the_same_id_then_dead_lettered_and_n
 
 
 def test_an_email_names_its_notification_and_lists_the_incidents():
-    """Rendered only: no SMTP server runs here (sending goes through smtplib with STARTTLS and the named secret)."""
     receiver = Receiver(name="mail", email={"to": ["ops@example.com"], "smtp_secret": "smtp"})
     mail = delivery.render(receiver, MESSAGE, SECRETS.__getitem__)
     assert (mail["Subject"], mail["To"], mail["Message-ID"]) == (MESSAGE.title, "ops@example.com", "<n1@sensor-cep>")
     assert "device_id=d2" in mail.get_content()
+
+
+@pytest.fixture
+def smtp_server(tmp_path, monkeypatch):
+    """A real SMTP server on loopback (aiosmtpd) that takes mail only after STARTTLS and a login, with a certificate
+    for 127.0.0.1 from a test CA (trustme) that the client trusts through ``SSL_CERT_FILE`` (OpenSSL's own variable:
+    the delivery code checks certificates as it does against a real server). Yields (the mails, the port)."""
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(served)
+    mails = []
+
+    class Handler:
+        async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd's name
+            mails.append((session.authenticated, envelope.rcpt_tos, envelope.content))
+            return "250 OK"
+
+    def login(server, session, envelope, mechanism, data):
+        return AuthResult(success=(data.login, data.password) == (b"ops", b"pw"), handled=False)
+
+    with socket.socket() as probe:  # a free port (aiosmtpd's controller takes a number, not 0)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    controller = Controller(
+        Handler(), hostname="127.0.0.1", port=port, tls_context=served, require_starttls=True, authenticator=login
+    )
+    controller.start()
+    try:
+        yield mails, port
+    finally:
+        controller.stop()
+
+
+def test_an_email_is_sent_over_starttls_after_a_login_and_refused_by_a_server_it_cannot_trust(smtp_server, monkeypatch):
+    mails, port = smtp_server
+    receiver = Receiver(name="mail", email={"to": ["ops@example.com"], "smtp_secret": "smtp"})
+    secrets = {"smtp": f"127.0.0.1:{port}:ops:pw"}.__getitem__
+    outcome = delivery.deliver(receiver, MESSAGE, secrets, attempts=1)
+    assert (outcome.status, outcome.attempts) == ("delivered", ["250"])
+    ((authenticated, recipients, content),) = mails
+    assert authenticated and recipients == ["ops@example.com"]
+    assert b"Message-ID: <n1@sensor-cep>" in content and b"device_id=d2" in content
+
+    wrong = {"smtp": f"127.0.0.1:{port}:ops:wrong"}.__getitem__
+    refused = delivery.deliver(receiver, MESSAGE, wrong, attempts=1)
+    assert refused.status == "dead_letter" and "Authentication" in refused.attempts[0]
+    monkeypatch.delenv("SSL_CERT_FILE")  # the server's certificate is from a CA the client does not know now
+    untrusted = delivery.deliver(receiver, MESSAGE, secrets, attempts=1)
+    assert untrusted.status == "dead_letter" and "CERTIFICATE_VERIFY_FAILED" in untrusted.attempts[0]
+    assert len(mails) == 1, "no mail without the right login or with a server the client cannot trust"

@@ -38,7 +38,7 @@ from sensorcep.errors import SensorCepError
 from sensorcep.local import run_report
 from sensorcep.local.session import PARAMS_ENV
 from sensorcep.observability.live import RealtimeAlertsLine, progress_line
-from sensorcep.pipeline import always_on
+from sensorcep.pipeline import always_on, notifications
 from sensorcep.pipeline.streaming import explain_failure, stop_queries
 from sensorcep.rules import catalog
 from sensorcep.runtime import get_spark
@@ -351,5 +351,7 @@ def run_always_on(
         out("Ctrl-C: stopping the queries (they resume from their checkpoints)")
     finally:
         stop_queries(spark, queries)  # quietly: an interrupted task of a clean stop is not an error
+        for running in running_tasks:  # the notifier's ledger appends behind its passes: its last rows, before exit
+            notifications.flush_ledger(running.settings)
     out(f"✔ stopped {len(queries)} queries: {', '.join(q.name for q in queries)}")
     return queries
