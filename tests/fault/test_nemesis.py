@@ -5,11 +5,12 @@ checkpoint and of an offset and a commit log entry, as the notifier's message ha
 real-time query's Kafka sink and of the broker, a
 stop of the real-time alert query and a second writer, under a fleet whose clocks disagree and whose on-call people
 ack and snooze (some acks for alerts that never come, some before their alert); then exact equality with
-what the producer got acknowledged and with the sampling oracle. Every planned point must be reached. The long random
-chain over every point runs in ``make nightly`` (``tests/support/nemesis.py --seed 7 --kills 60``). Then five bugs
+what the producer got acknowledged, with the sampling oracle and with device activity replayed over the batches its
+query ran. Every planned point must be reached. The long random
+chain over every point runs in ``make nightly`` (``tests/support/nemesis.py --seed 7 --kills 60``). Then seven bugs
 are planted one at a time in what the verdict read of the drained tables (a record dropped, an append doubled, an
-escalation lost, an on-time event kept as late, an ack lost, a delivered message the ledger lost): the verdict must
-fail on each, naming it."""
+escalation lost, an on-time event kept as late, an ack lost, a status change lost, a delivered message the ledger
+lost): the verdict must fail on each, naming it."""
 
 from collections import Counter
 
@@ -53,6 +54,11 @@ def _lose_a_message(ledger: pd.DataFrame) -> pd.DataFrame:
     return ledger.drop(ledger.index[ledger.status == "delivered"][:1])
 
 
+def _lose_a_status_change(status: pd.DataFrame) -> pd.DataFrame:
+    """A device's status change lost (a replayed batch that did not write it again)."""
+    return status.drop(status.index[status.status_event != "device_first_seen"][:1])
+
+
 #: (bug, table, plant(the table's judged rows) -> the rows with the bug, what the verdict must say)
 PLANTED = [
     ("a record dropped in ingest", "bronze_events", _drop_one, r"ingest's tables .* miss 1 of its"),
@@ -60,6 +66,7 @@ PLANTED = [
     ("an escalation lost", "alert_escalations", _lose_one, r"alert_escalations lost 1 escalation"),
     ("an on-time event kept as late", "late_events", _keep_on_time, "after the watermark Spark used"),
     ("an ack lost", "alert_events", _lose_an_ack, "alert_events differ from the lifecycle over the alerts it took"),
+    ("a status change lost", "device_status", _lose_a_status_change, r"device_status differs .* 1 change\(s\) missing"),
     (
         "a message the ledger lost",
         "notifications",

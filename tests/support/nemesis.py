@@ -42,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -53,9 +54,15 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the support package
 from sensorcep.local import broker  # noqa: E402
 from sensorcep.pipeline import alerts  # noqa: E402
-from sensorcep.settings import Settings  # noqa: E402
+from sensorcep.settings import Settings, parse_duration  # noqa: E402
+from support import delta_batches  # noqa: E402
 from support.nemesis_driver import DRAIN_FLAG, IN_TABLE, IN_WRITE  # noqa: E402
-from support.oracle import ew_baseline, reference_samples, stateful_rule_alerts  # noqa: E402
+from support.oracle import (  # noqa: E402
+    device_status_changes,
+    ew_baseline,
+    reference_samples,
+    stateful_rule_alerts,
+)
 from support.receiver import LoopbackReceiver  # noqa: E402
 from support.streams import delta_frame, oracle_rows, sample_tuples, topic_end_offsets, topic_records  # noqa: E402
 
@@ -701,7 +708,7 @@ ANOMALY_COLUMNS = ["alert_id", "rule_id", "device_id", "event_time"]
 RECORD = ["topic", "partition", "offset"]
 #: the tables the verdict judges, and the columns it reads of each
 JUDGED = {
-    "bronze_events": [*RECORD, "device_id", "sensor_freq", "event_time"],
+    "bronze_events": [*RECORD, "device_id", "sensor_freq", "event_time", "_metadata.file_name"],
     "quarantine_events": RECORD,
     "duplicate_events": RECORD,
     "late_events": ["query", "device_id", "event_time", "watermark", "late_by_s", "batch_id"],
@@ -709,7 +716,7 @@ JUDGED = {
     "anomalies": ANOMALY_COLUMNS,
     "alert_escalations": ["alert_id"],
     "alert_events": ["event_id", *TRANSITION_COLUMNS, "batch_id"],
-    "device_status": ["device_id", "status_event", "status", "changed_at", "event_count"],
+    "device_status": ["device_id", "status_event", "status", "changed_at", "first_seen", "last_seen", "event_count"],
     "device_baselines": ["device_id", "rule_id", "rule_version", "events", "mean", "spread", "as_of", "batch_id"],
     "stream_progress": ["query_name", "batch_id", "rows_dropped_by_watermark"],
     "notifications": ["notification_id", "receiver", "incident_ids", "status", "reason"],
@@ -830,7 +837,7 @@ def judge(settings: Settings, drained: Drained, acknowledged: dict) -> dict[str,
     assert not extra, f"alert_escalations holds {len(extra)} escalation(s) alert_events never recorded"
     acks = [json.loads(v) for _, _, _, v in drained.acks]
     transitions = _judge_lifecycle(settings, drained.frame("anomalies"), late, events, acks)
-    _judge_device_status(settings, drained.frame("device_status"), bronze, late)
+    status_changes = _judge_device_status(settings, drained.frame("device_status"), bronze)
     told = _judge_notifications(events, drained.frame("notifications"), drained.received)
 
     progress = drained.frame("stream_progress")
@@ -856,6 +863,7 @@ def judge(settings: Settings, drained: Drained, acknowledged: dict) -> dict[str,
         "samples": len(got),
         "anomalies": len(expected_ids),
         "escalations": len(escalations),
+        "status_changes": status_changes,
         "stateful_alerts": len(stateful),
         "acks": len(acks),
         **{transition: transitions.get(transition, 0) for transition in ("acked", "snoozed", "ignored")},
@@ -1079,26 +1087,35 @@ def _judge_late_watermarks(settings: Settings, late: pd.DataFrame) -> int:
     return judged
 
 
-def _judge_device_status(settings: Settings, status: pd.DataFrame, bronze: pd.DataFrame, late: pd.DataFrame) -> None:
-    """``device_status``: each device's first row is its one ``device_first_seen``, its statuses alternate online and
-    offline (no change twice, none lost between two), and every device with an event device activity took has one."""
-    assert not status.duplicated().any(), "device_status: a status change recorded twice"
-    for device, rows in status.sort_values(["changed_at", "event_count"]).groupby("device_id"):
-        changes = list(rows.status_event)
-        assert changes[0] == "device_first_seen" and changes.count("device_first_seen") == 1, (
-            f"device_status: {device} does not start with exactly one device_first_seen: {changes[:4]}"
-        )
-        statuses = list(rows.status)
-        assert all(a != b for a, b in zip(statuses, statuses[1:], strict=False)), (
-            f"device_status: {device} changed to the same status twice in a row: {statuses}"
-        )
-    own_late = late[late["query"] == settings.query_name("device_activity")]
-    late_keys = set(zip(own_late.device_id, own_late.event_time.map(_us), strict=True))
-    taken = {d for d, t in zip(bronze.device_id, bronze.event_time.map(_us), strict=True) if (d, t) not in late_keys}
-    assert taken == set(status.device_id), (
-        f"device_status: devices whose events were taken but have no status: {sorted(taken - set(status.device_id))}"
-        f"; with a status but no taken event: {sorted(set(status.device_id) - taken)}"
+def _judge_device_status(settings: Settings, status: pd.DataFrame, bronze: pd.DataFrame) -> int:
+    """``device_status`` equals device activity's contract (:func:`support.oracle.device_status_changes`) replayed over
+    the micro-batches the query actually ran: which bronze rows each took (its offset log against bronze's Delta log,
+    :func:`support.delta_batches.batches`), less those late for the watermark of the batch before (Spark's late-row
+    filter), each batch's timers fired at its own watermark. Its rows depend on where the batches were cut (an event
+    that arrives after a later one changes no status), so the oracle follows the cuts Spark recorded; a kill, a replay
+    or a restart must change nothing else. Returns the rows judged."""
+    cut = delta_batches.batches(settings.checkpoint_path("device_activity"), settings.table_path("bronze_events"))
+    events = bronze.assign(us=bronze.event_time.map(_us))
+    replay, late_before_us = [], 0
+    for batch in cut:
+        took = events[events.file_name.isin(batch.files) & (events.us > late_before_us)]
+        replay.append((batch.watermark_ms, {d: list(rows.us // 1000) for d, rows in took.groupby("device_id")}))
+        late_before_us = batch.watermark_ms * 1000
+    timeout_ms = int(parse_duration(settings.device_timeout) * 1000)
+    want = Counter(device_status_changes(replay, timeout_ms))
+    ms = ["changed_at", "first_seen", "last_seen"]
+    got = Counter(
+        zip(status.device_id, status.status_event, status.status, *(status[c].map(_us) // 1000 for c in ms),
+            status.event_count.astype(int), strict=True)
+    )  # fmt: skip
+    doubled = sorted(row for row, n in got.items() if n > 1)
+    assert not doubled, f"device_status: a status change recorded twice: {doubled[:3]}"
+    lost, extra = sorted(want - got), sorted(got - want)
+    assert not lost and not extra, (
+        f"device_status differs from device activity replayed over the {len(cut)} batches its query ran: "
+        f"{len(lost)} change(s) missing, e.g. {lost[:2]}; {len(extra)} not in the replay, e.g. {extra[:2]}"
     )
+    return sum(got.values())
 
 
 def main() -> None:

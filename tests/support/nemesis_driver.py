@@ -65,6 +65,8 @@ IN_TABLE = ("in_delta_commit", "in_delta_checkpoint")
 #: the fault run's tables write a Delta checkpoint every 2 commits (Delta's default is 10): on a 2-core CI machine the
 #: job commits bronze about 5 times in 4 minutes, so at 10 the point was not reached
 CHECKPOINT_INTERVAL = 2
+#: offset log entries a query keeps (Spark's default: 100); more than a fault run's queries ever plan
+KEEP_BATCHES = 100_000
 #: the file (beside the run's ``base_path``) by which the nemesis asks a run to drain and exit
 DRAIN_FLAG = "drain-now"
 
@@ -244,6 +246,8 @@ def main() -> None:
     spark = get_spark()
     # a default for the tables this run creates (every table is created up front by the job's first run)
     spark.conf.set("spark.databricks.delta.properties.defaults.checkpointInterval", str(CHECKPOINT_INTERVAL))
+    # every batch's offset log entry kept (Spark keeps the last 100): the verdict replays device activity over them
+    spark.conf.set("spark.sql.streaming.minBatchesToRetain", str(KEEP_BATCHES))
     restart_alerts_after = int(point.split(":")[1]) if point and point.startswith("stop_alerts:") else None
 
     def on_write(query: str, table: str, n: int) -> None:

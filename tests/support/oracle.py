@@ -415,3 +415,43 @@ def lifecycle_steps(inputs: list[tuple], watermark_s: int, latch: bool, suppress
             steps.append((incident["id"], "resolved", second, None, "closed", incident["n"]))
             incident = None
     return steps
+
+
+def device_status_changes(batches: list[tuple[int, dict[str, list[int]]]], timeout_ms: int) -> list[tuple]:
+    """``device_status`` as device activity's contract states it (``sensorcep.pipeline.device_activity``), replayed
+    over the micro-batches a query ran: ``batches`` is, per batch in order, its watermark (ms, the one it fires
+    timers with) and the event times (ms) it took per device. Per device, in event time: its first batch's earliest
+    event is ``device_first_seen``; an event later than every one before it that comes more than the timeout after the
+    last of them is ``device_offline`` at that last + timeout, then ``device_online`` at the event; an event at or
+    before the latest one changes no status (it counts); after a batch's events, a device still online whose latest
+    event + timeout is before the batch's watermark goes ``device_offline`` then. Each row carries the device's first
+    and latest event and its count after the batch's events. Returns (device, status_event, status, changed_at,
+    first_seen, last_seen, event_count) tuples, in order."""
+    known: dict[str, dict] = {}
+    rows: list[tuple] = []
+    for watermark_ms, events in batches:
+        for device in sorted(events):
+            times = sorted(events[device])
+            seen = known.get(device)
+            if seen is None:
+                seen = known[device] = {"first": times[0], "last": times[0], "count": 0, "online": True}
+                changes = [("device_first_seen", "online", times[0])]
+            else:
+                seen["first"], changes = min(seen["first"], times[0]), []
+            for t in (t for t in times if t > seen["last"]):
+                if seen["online"] and t - seen["last"] > timeout_ms:
+                    changes.append(("device_offline", "offline", seen["last"] + timeout_ms))
+                    seen["online"] = False
+                if not seen["online"]:
+                    changes.append(("device_online", "online", t))
+                    seen["online"] = True
+                seen["last"] = t
+            seen["count"] += len(times)
+            rows += [(device, *change, seen["first"], seen["last"], seen["count"]) for change in changes]
+        for device in sorted(known):
+            seen = known[device]
+            if seen["online"] and seen["last"] + timeout_ms < watermark_ms:
+                seen["online"] = False
+                at = seen["last"] + timeout_ms
+                rows.append((device, "device_offline", "offline", at, seen["first"], seen["last"], seen["count"]))
+    return rows
