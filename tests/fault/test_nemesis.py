@@ -3,7 +3,8 @@ kill point (before and after a query's K-th non-empty Delta append or MERGE, as 
 store version lands, as a table's Delta checkpoint lands, inside the write of a Delta commit file, of a Delta
 checkpoint and of an offset and a commit log entry, as the notifier's message has reached its receiver), of the
 real-time query's Kafka sink and of the broker, a
-stop of the real-time alert query and a second writer, under a fleet whose clocks disagree and whose on-call people
+reset of the sampling query's checkpoint (refused, then rebuilt from bronze), a stop of the real-time alert query and a
+second writer, under a fleet whose clocks disagree and whose on-call people
 ack and snooze (some acks for alerts that never come, some before their alert); then exact equality with
 what the producer got acknowledged, with the sampling oracle and with device activity replayed over the batches its
 query ran. Every planned point must be reached. The long random
@@ -101,7 +102,7 @@ def test_every_kind_of_kill_point_is_reached_and_loses_nothing_and_doubles_nothi
         reached = Counter(point.split(":")[0] for point in nemesis.reached)
         assert set(reached) == set(POINT_KINDS), f"every kind of kill point once: {reached}"
         kinds = Counter(action.split(":")[0] for action, _ in outcomes)
-        assert kinds["sink"] == kinds["broker"] == kinds["stop_alerts"] == kinds["second_writer"] == 1, kinds
+        assert kinds["sink"] == kinds["broker"] == kinds["stop_alerts"] == kinds["second_writer"] == kinds["reset"] == 1
         assert counts["acknowledged"] == counts["records"], "every record in the topic was acknowledged"
         # the run exercised every path the verdict covers
         exercised = ("quarantine", "duplicates", "late", "samples", "anomalies", "escalations", "notifications")

@@ -1,9 +1,12 @@
 """A downstream query started on a new checkpoint (deleted, or reset) while its output holds rows is refused, naming
-the table and the ways on: it would read bronze (or its topic) from the start and append every row again."""
+the table and the ways on: it would read bronze (or its topic) from the start and append every row again. Its own
+rows of ``late_events`` count too (a rebuild judges lateness against its own watermarks), and the statements the
+refusal names are the ones that let a rebuild start."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -25,7 +28,7 @@ def test_a_new_checkpoint_over_rows_it_would_write_again_is_refused_and_a_restar
     empty = lake.read("sensor_samples").limit(0)
     row = empty.unionByName(spark.range(1).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in empty.schema]))
     lake.write(row, "sensor_samples", "append")
-    with pytest.raises(CheckpointResetError, match=r"sensor_samples already holds rows .*\(DELETE FROM\)"):
+    with pytest.raises(CheckpointResetError, match=r"already hold rows .*\(DELETE FROM .*sensor_samples.*\)"):
         refuse_reset(spark, settings, sampling)
     # through the query's start: refused before Spark starts anything (any input will do)
     with pytest.raises(CheckpointResetError, match="append them all again"):
@@ -38,5 +41,26 @@ def test_a_new_checkpoint_over_rows_it_would_write_again_is_refused_and_a_restar
     refuse_reset(spark, settings, sampling)
 
     (checkpoint / "metadata").unlink()
-    spark.sql(f"DELETE FROM {lake['sensor_samples'].sql_name}")  # an operator rebuilding from bronze
+    lake.create(["late_events"])
+    for query in ("sampling", "device_activity"):  # a late event each query kept
+        late = lake.read("late_events").limit(0)
+        values = {"query": F.lit(settings.query_name(query))}
+        lake.write(
+            late.unionByName(
+                spark.range(1).select(
+                    *[values.get(f.name, F.lit(None)).cast(f.dataType).alias(f.name) for f in late.schema]
+                )
+            ),
+            "late_events",
+            "append",
+        )
+    with pytest.raises(CheckpointResetError) as refused:
+        refuse_reset(spark, settings, sampling)
+    # an operator rebuilding from bronze runs what the refusal names: the samples, and sampling's own late rows
+    statements = re.search(r"remove them first \((.*)\); or run", str(refused.value)).group(1).split("; ")
+    assert len(statements) == 2 and "WHERE query = 'sampling'" in statements[1], statements
+    for statement in statements:
+        spark.sql(statement)
     refuse_reset(spark, settings, sampling)
+    left = [row["query"] for row in lake.read("late_events").select("query").collect()]
+    assert left == [settings.query_name("device_activity")], "the other query's late rows are left alone"

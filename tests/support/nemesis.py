@@ -18,6 +18,9 @@ progress, not by time:
                 its logs (a job run that fails on it is restarted, as Databricks restarts a continuous job);
 * ``stop_alerts``: a stop and restart of the real-time alert query;
 * ``second_writer``: a second run of the job while the first runs: it must fail at once, naming the first;
+* ``reset``:    an operator's reset of a downstream query's checkpoint (deleted while the job is down): the next run
+                must refuse to start it, naming what it would write again; the statements it names are run (as the
+                operator would, to rebuild from bronze), and the next run rebuilds the query's tables;
 * ``task``:     kill -9 of one task alone (the real-time ``alerts`` task, which has a cluster of its own on Databricks)
                 while another process runs the job's other tasks: they must go on writing, and the task, started again,
                 goes on where its checkpoint left off (``make nightly``'s chain).
@@ -36,6 +39,8 @@ import dataclasses
 import json
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,6 +59,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the support package
 from sensorcep.local import broker  # noqa: E402
 from sensorcep.pipeline import alerts  # noqa: E402
+from sensorcep.pipeline.streaming import checkpoint_id  # noqa: E402
 from sensorcep.settings import Settings, parse_duration  # noqa: E402
 from support import delta_batches  # noqa: E402
 from support.nemesis_driver import DRAIN_FLAG, IN_TABLE, IN_WRITE  # noqa: E402
@@ -134,6 +140,8 @@ route:
 """
 #: the routes' secret scope; locally a secret is the environment variable ``<SCOPE>_<NAME>`` (the driver's)
 ROUTES_SCOPE, ROUTES_SECRET_ENV = "nemesis", {"NEMESIS_HOOK_HMAC": "nemesis-hmac-key"}
+#: the downstream query a ``reset`` action resets: it appends from bronze's start and keeps late events of its own
+RESET = "sampling"
 #: the task a ``task`` action kills alone: the one Databricks runs on a cluster of its own
 ALONE = "alerts"
 #: the tasks a query's new input comes from, besides its own: sampling_state reads bronze (ingest writes it),
@@ -184,10 +192,12 @@ def _renamed_before_the_kill(point: str, lines: list[str]) -> str:
 
 def suite_plan(seed: int) -> list[Action]:
     """The suite's run: every point kind once (its target seeded, K = 1), the Kafka sink and the broker killed once,
-    one stop of the real-time query and one second writer, in a seeded order."""
+    one reset of a downstream checkpoint, one stop of the real-time query and one second writer, in a seeded order."""
     rng = random.Random(seed)
     actions = [Action("point", _point(kind, rng.choice(targets), 1)) for kind, targets in SUITE.items()]
     rng.shuffle(actions)
+    # late in the plan: the query has late rows of its own by then, which the reset must also name
+    actions.insert(rng.randrange(len(actions) // 2, len(actions)), Action("reset", RESET))
     # the sink kill ends a run; the next holds the actions that do not end it, and then drains
     return actions + [Action("sink"), Action("stop_alerts", "1"), Action("second_writer"), Action("broker")]
 
@@ -215,7 +225,7 @@ def plan(seed: int, kills: int) -> list[Action]:
         else:
             actions.append(Action(kind))
     rng.shuffle(actions)
-    for extra in (Action("stop_alerts", "1"), Action("second_writer")):
+    for extra in (Action("stop_alerts", "1"), Action("second_writer"), Action("reset", RESET)):
         actions.insert(rng.randrange(1, len(actions) + 1), extra)
     return actions
 
@@ -689,6 +699,30 @@ class Nemesis:
         driver.wait_for(lambda: "restarted alerts" in driver.lines, POINT_WAIT_S, "the alert query's restart")
         return "real-time alert query stopped and started again"
 
+    def _reset(self, action: Action) -> str:
+        """The job down, the query's checkpoint deleted (an operator's reset); a run of its task must refuse to start it
+        (``streaming.CheckpointResetError``) naming the statements that remove what it would write again; they are run
+        here, as an operator rebuilding from bronze would, and the next run rebuilds the query's tables."""
+        from sensorcep.io import tables
+        from sensorcep.runtime import get_spark
+
+        if self.driver is not None:
+            self._end_run()
+        shutil.rmtree(self.settings.checkpoint_path(action.arg))
+        from sensorcep.pipeline import registry
+
+        refused = Driver(self.params, None, self.log, [registry.query(action.arg).task])  # refused as it starts
+        code = refused.end(POINT_WAIT_S)
+        said = "\n".join(refused.stderr + refused.lines)
+        named = re.search(r"CheckpointResetError: .* remove them first \((.*?)\); or run", said)
+        assert code == 1 and named, f"a reset {action.arg} checkpoint was not refused (exit {code}):\n{said[-2000:]}"
+        statements = named.group(1).split("; ")
+        spark = get_spark()
+        tables.register_all(spark, self.settings)  # the tables by name in this session, as in an operator's notebook
+        for statement in statements:
+            spark.sql(statement)
+        return f"reset refused naming {len(statements)} removals; ran them: the next run rebuilds {action.arg}"
+
     def _second_writer(self, _action: Action) -> str:
         driver = self._running()
         driver.wait_for(lambda: driver.writes > 0, POINT_WAIT_S, "a Delta write")
@@ -718,7 +752,7 @@ JUDGED = {
     "alert_events": ["event_id", *TRANSITION_COLUMNS, "batch_id"],
     "device_status": ["device_id", "status_event", "status", "changed_at", "first_seen", "last_seen", "event_count"],
     "device_baselines": ["device_id", "rule_id", "rule_version", "events", "mean", "spread", "as_of", "batch_id"],
-    "stream_progress": ["query_name", "batch_id", "rows_dropped_by_watermark"],
+    "stream_progress": ["query_name", "query_id", "batch_id", "rows_dropped_by_watermark"],
     "notifications": ["notification_id", "receiver", "incident_ids", "status", "reason"],
 }
 
@@ -841,6 +875,9 @@ def judge(settings: Settings, drained: Drained, acknowledged: dict) -> dict[str,
     told = _judge_notifications(events, drained.frame("notifications"), drained.received)
 
     progress = drained.frame("stream_progress")
+    # the batches of the queries' current checkpoints (a reset one starts its batch ids again under a new id)
+    current = {settings.query_name(q): checkpoint_id(settings, q) for q in LATE_WRITERS}
+    progress = progress[[current.get(q, i) == i for q, i in zip(progress.query_name, progress.query_id, strict=True)]]
     dropped = progress[pd.to_numeric(progress.rows_dropped_by_watermark).fillna(0) > 0]
     first_late = late.groupby("query").batch_id.min().to_dict() if len(late) else {}
     held = set(zip(late["query"], late.batch_id, strict=True)) if len(late) else set()
@@ -1129,9 +1166,11 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="nemesis-"))
     if args.actions:
         actions = [Action(*item.split(":", 1)) for item in args.actions.split(",")]
-        unknown = {a.kind for a in actions} - {*KILLS, "stop_alerts", "second_writer"}
+        unknown = {a.kind for a in actions} - {*KILLS, "stop_alerts", "second_writer", "reset"}
         if unknown:
-            parser.error(f"unknown actions {sorted(unknown)}: one of {', '.join(KILLS)}, stop_alerts, second_writer")
+            parser.error(
+                f"unknown actions {sorted(unknown)}: one of {', '.join(KILLS)}, stop_alerts, second_writer, reset"
+            )
     else:
         actions = suite_plan(args.seed) if args.suite else plan(args.seed, args.kills)
     print(f"seed {args.seed}, plan: {', '.join(map(str, actions))}", flush=True)

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from sensorcep.errors import SensorCepError
@@ -194,21 +195,30 @@ class CheckpointResetError(SensorCepError, RuntimeError):
 def refuse_reset(spark: SparkSession, settings: Settings, declared: Query, created: Iterable[str] = ()) -> None:
     """Refuse to start ``declared`` on a new checkpoint (none yet, or reset: no id of Spark's, so a new Delta writer id,
     :func:`writer_id`) while a table it rewrites from its input's start (:attr:`Query.rewritten_from_start`) holds
-    rows: it would read bronze (or the topic) from the start and append every row again. A restart on the checkpoint
-    (its id kept, also after a kill before its first commit) goes on: Delta skips the batches it wrote. ``created``:
-    tables this start has just created, empty without a read."""
-    if not declared.rewritten_from_start or checkpoint_id(settings, declared.name) is not None:
+    rows: it would read bronze (or the topic) from the start and append every row again. So do its own rows of
+    ``late_events`` (a query that writes them judges lateness against its own watermarks: a new run reads its input
+    again, in other micro-batches, and keeps as late what it finds late; the old rows would double its rows, or claim
+    events were left out of its output that the new run took). A restart on the checkpoint (its id kept, also after a
+    kill before its first commit) goes on: Delta skips the batches it wrote. ``created``: tables this start has just
+    created, empty without a read."""
+    late_rows = "late_events" in declared.tables
+    if not (declared.rewritten_from_start or late_rows) or checkpoint_id(settings, declared.name) is not None:
         return
     lake = Tables(spark, settings)
     asked = [name for name in declared.rewritten_from_start if name not in set(created)]
-    held = [name for name in asked if lake.exists(name) and not lake.read(name).isEmpty()]
+    held = [
+        f"DELETE FROM {lake[name].sql_name}" for name in asked if lake.exists(name) and not lake.read(name).isEmpty()
+    ]
+    name = settings.query_name(declared.name)
+    if late_rows and "late_events" not in set(created) and lake.exists("late_events"):
+        if not lake.read("late_events").where(F.col("query") == name).isEmpty():
+            held.append(f"DELETE FROM {lake['late_events'].sql_name} WHERE query = '{name}'")
     if held:
-        tables = ", ".join(str(lake[name]) for name in held)
         raise CheckpointResetError(
-            f"query {settings.query_name(declared.name)} has no checkpoint at {settings.checkpoint_path(declared.name)}"
-            f", but {tables} already holds rows it wrote through an earlier one: a new checkpoint reads its input from "
-            f"the start and would append them all again. Restore that checkpoint; or, to rebuild from bronze, empty "
-            f"{tables} first (DELETE FROM); or run with another schema."
+            f"query {name} has no checkpoint at {settings.checkpoint_path(declared.name)}, but its tables already hold "
+            f"rows it wrote through an earlier one: a new checkpoint reads its input from the start and would append "
+            f"them all again. Restore that checkpoint; or, to rebuild from bronze, remove them first "
+            f"({'; '.join(held)}); or run with another schema."
         )
 
 
