@@ -2,22 +2,22 @@
 kill point (before and after a query's K-th non-empty Delta append or MERGE, as its offset log, commit log or state
 store version lands, as a table's Delta checkpoint lands, inside the write of a Delta commit file, of a Delta
 checkpoint and of an offset and a commit log entry, as the notifier's message has reached its receiver), of the
-real-time query's Kafka sink and of the broker, a
-reset of the sampling query's checkpoint (refused, then rebuilt from bronze), a stop of the real-time alert query and a
-second writer, under a fleet whose clocks disagree and whose on-call people
-ack and snooze (some acks for alerts that never come, some before their alert); then exact equality with
-what the producer got acknowledged, with the sampling oracle and with device activity replayed over the batches its
-query ran. Every planned point must be reached. The long random
-chain over every point runs in ``make nightly`` (``tests/support/nemesis.py --seed 7 --kills 60``). Then seven bugs
-are planted one at a time in what the verdict read of the drained tables (a record dropped, an append doubled, an
-escalation lost, an on-time event kept as late, an ack lost, a status change lost, a delivered message the ledger
-lost): the verdict must fail on each, naming it."""
+real-time query's Kafka sink and of the broker, a reset of the sampling query's checkpoint (refused, then rebuilt from
+bronze), a stop of the real-time alert query and a second writer, under a fleet whose clocks disagree, whose on-call
+people ack and snooze (some acks for alerts that never come, some before their alert) and whose rules include one
+stateful rule of each kind; then exact equality with what the producer got acknowledged, with the sampling oracle,
+with device activity replayed over the batches its query ran, with the stateful rules run in plain Python and with
+what the receiver got. Every planned point must be reached. The long random chain over every point runs in
+``make nightly`` (``tests/support/nemesis.py --seed 7 --kills 60``). Then eight bugs are planted one at a time in what
+the verdict read (a record dropped, an append doubled, an escalation lost, an on-time event kept as late, an ack lost,
+a status change lost, a delivered message the ledger lost, a stateful rule's alert lost): the verdict must fail on
+each, naming it."""
 
 from collections import Counter
 
 import pandas as pd
 import pytest
-from support.nemesis import POINT_KINDS, Drained, Nemesis, judge, suite_plan
+from support.nemesis import POINT_KINDS, Drained, Nemesis, judge, suite_plan, without_one_stateful_alert
 
 from sensorcep.local import broker
 
@@ -91,7 +91,6 @@ def test_every_kind_of_kill_point_is_reached_and_loses_nothing_and_doubles_nothi
         bootstrap=OWN_BROKER,
         per_chunk=SUITE_PER_CHUNK,
         whole_job=False,
-        stateful=False,
     )
     try:  # the broker stays up until the verdict has read the topics
         outcomes = nemesis.run()
@@ -106,6 +105,7 @@ def test_every_kind_of_kill_point_is_reached_and_loses_nothing_and_doubles_nothi
         assert counts["acknowledged"] == counts["records"], "every record in the topic was acknowledged"
         # the run exercised every path the verdict covers
         exercised = ("quarantine", "duplicates", "late", "samples", "anomalies", "escalations", "notifications")
+        exercised += ("status_changes", "stateful_alerts")
         assert all(counts[table] > 0 for table in exercised), counts
         assert counts["resent"] > 0, "the delivery kill came between a send and its record: the replay sent again"
         # the fleet's acks reached the lifecycle: incidents acked or snoozed, and acks with nothing open to close
@@ -117,5 +117,8 @@ def test_every_kind_of_kill_point_is_reached_and_loses_nothing_and_doubles_nothi
             with pytest.raises(AssertionError, match=says):
                 judge(nemesis.settings, drained.with_table(table, plant(drained.frame(table))), nemesis.acknowledged)
             print(f"planted: {bug}: the verdict failed, as it must")
+        with pytest.raises(AssertionError, match="1 never sent"):  # planted in what the verdict read of the topic
+            judge(nemesis.settings, without_one_stateful_alert(drained), nemesis.acknowledged)
+        print("planted: a stateful rule's alert lost: the verdict failed, as it must")
     finally:
         broker.down(nemesis.broker_dir)

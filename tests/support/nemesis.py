@@ -491,8 +491,8 @@ class Nemesis:
     #: alone is how Databricks runs the real-time alert task, on a cluster of its own); so does the sink kill's (the
     #: alerts task alone: the query whose Kafka sink it kills); every other action's run starts the whole job
     whole_job: bool = True
-    #: the fleet also runs :data:`STATEFUL_RULES` (the nightly chain), so the stateful rules query runs under faults
-    #: and the verdict judges its alerts and ``device_baselines``; the suite's run keeps the packaged rule only
+    #: the fleet also runs :data:`STATEFUL_RULES` (the suite's run and the nightly chain), so the stateful rules query
+    #: runs under faults and the verdict judges its alerts and ``device_baselines``; off: the packaged rule only
     stateful: bool = True
     outcomes: list[tuple[str, str]] = field(default_factory=list)
     reached: list[str] = field(default_factory=list)
@@ -1074,7 +1074,7 @@ def judge_baselines(rules: list[dict], events: pd.DataFrame, baselines: pd.DataF
 STATEFUL_IDS = {r["id"] for r in STATEFUL_RULES}
 
 
-def _without_one_stateful_alert(drained: Drained) -> Drained:
+def without_one_stateful_alert(drained: Drained) -> Drained:
     """The drained topics with one stateful rule's alert gone (every copy of it): an alert the query never sent."""
     sent = [(record, json.loads(record[3])) for record in drained.alerts]
     gone = min(alert["alert_id"] for _, alert in sent if alert["rule_id"] in STATEFUL_IDS)
@@ -1181,7 +1181,7 @@ def main() -> None:
         counts = judge(nemesis.settings, drained, nemesis.acknowledged)
         print(json.dumps(counts))
         if nemesis.stateful:  # the verifier of the stateful rules: a lost alert must fail it, naming the loss
-            lost_one = _without_one_stateful_alert(drained)
+            lost_one = without_one_stateful_alert(drained)
             try:
                 judge(nemesis.settings, lost_one, nemesis.acknowledged)
             except AssertionError as failed:
