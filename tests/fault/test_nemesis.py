@@ -107,7 +107,12 @@ def test_every_kind_of_kill_point_is_reached_and_loses_nothing_and_doubles_nothi
         exercised = ("quarantine", "duplicates", "late", "samples", "anomalies", "escalations", "notifications")
         exercised += ("status_changes", "stateful_alerts")
         assert all(counts[table] > 0 for table in exercised), counts
-        assert counts["resent"] > 0, "the delivery kill came between a send and its record: the replay sent again"
+        # the delivery kill came between a send and its record: the replay sent that very message again, same id
+        got = Counter(headers["Idempotency-Key"] for _, headers, _ in drained.received)
+        assert nemesis.resent_after_kill and all(got[i] >= 2 for i in nemesis.resent_after_kill), (
+            nemesis.resent_after_kill,
+            [got[i] for i in nemesis.resent_after_kill],
+        )
         # the fleet's acks reached the lifecycle: incidents acked or snoozed, and acks with nothing open to close
         assert counts["acked"] + counts["snoozed"] > 0 and counts["ignored"] > 0, counts
 

@@ -38,13 +38,17 @@ class Batch:
 
 
 def data_files(table_path: str) -> list[DataFile]:
-    """Every data file the table's commits added, in commit order."""
+    """Every data file the table's commits added, in commit order. The table must be append-only (no file removed,
+    none rewritten by a compaction): the streaming source's cut of anything else is not what this reads."""
     found = []
     for commit in sorted((Path(table_path) / "_delta_log").glob("*.json")):
         index = -1
         for line in commit.read_text().splitlines():
-            add = json.loads(line).get("add") if line.strip() else None
-            if add is None or not add.get("dataChange", True):
+            action = json.loads(line) if line.strip() else {}
+            rewritten = "remove" in action or ("add" in action and not action["add"].get("dataChange", True))
+            assert not rewritten, f"{commit}: the table is not append-only ({next(iter(action))}): cannot read its cuts"
+            add = action.get("add")
+            if add is None:
                 continue
             index += 1
             name = unquote(add["path"]).rsplit("/", 1)[-1]

@@ -92,7 +92,7 @@ WRITES = [
     ("anomalies", "anomalies"),
     ("alert_lifecycle", "alert_events"),
     ("alert_lifecycle", "alert_escalations"),
-    ("stateful_rules", "device_baselines"),  # the nightly chain's fleet runs stateful rules (Nemesis.stateful)
+    ("stateful_rules", "device_baselines"),  # the fleet runs stateful rules (Nemesis.stateful)
 ]
 CHECKPOINTED = ["ingest", "sampling", "device_activity", "stateful_rules", "anomalies", "alert_lifecycle"]
 STATEFUL = ["sampling", "device_activity", "stateful_rules", "alert_lifecycle"]
@@ -112,8 +112,9 @@ SUITE = {
     "in_commit_log": ["ingest", "sampling"],
     "delivery": ["notifier"],
 }
-#: the stateful rules the nightly chain's fleet runs under faults, one of each kind that keeps per-device state in
-#: event time, tuned to the fleet (20 devices, about two events a minute each, sensor_freq 0-100, 7% negative)
+#: the stateful rules the fleet runs under faults (the suite's run and the nightly chain), one of each kind that keeps
+#: per-device state in event time, tuned to the fleet (20 devices, about two events a minute each, sensor_freq 0-100,
+#: 7% negative)
 STATEFUL_RULES = [
     {"id": "surge", "kind": "rate", "field": "sensor_freq", "op": ">", "value": 2.0},
     {"id": "repeat_negative", "kind": "count", "field": "sensor_freq", "op": "<", "value": 0.0, "at_least": 2,
@@ -497,6 +498,8 @@ class Nemesis:
     outcomes: list[tuple[str, str]] = field(default_factory=list)
     reached: list[str] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)
+    #: the id of the message each delivery kill came right after: its replay must send it again
+    resent_after_kill: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         self.settings = Settings(
@@ -618,6 +621,10 @@ class Nemesis:
             self.missed.append(action.arg)
             return f"NOT REACHED: {late}"
         self.reached.append(action.arg)
+        if action.arg.startswith("delivery:"):  # the driver printed each delivered message's id, the last one killed it
+            self.resent_after_kill.append(
+                next(x.split()[1] for x in reversed(driver.lines) if x.startswith("delivered "))
+            )
         took = f"{driver.writes} writes, {time.monotonic() - driver.started:.0f} s into the run"
         return f"killed at the point ({took}{'' if self.whole_job else ', tasks ' + '+'.join(tasks_for(action.arg))})"
 
@@ -700,28 +707,45 @@ class Nemesis:
         return "real-time alert query stopped and started again"
 
     def _reset(self, action: Action) -> str:
-        """The job down, the query's checkpoint deleted (an operator's reset); a run of its task must refuse to start it
-        (``streaming.CheckpointResetError``) naming the statements that remove what it would write again; they are run
-        here, as an operator rebuilding from bronze would, and the next run rebuilds the query's tables."""
+        """The job down, the query's checkpoint deleted (an operator's reset). If its tables hold rows it wrote (or
+        ``late_events`` rows of its own), a run of its task must refuse to start it (``streaming.CheckpointResetError``)
+        naming exactly the statements that remove them; they are run here, as an operator rebuilding from bronze would,
+        and the next run rebuilds the query's tables. If it wrote nothing yet, the reset is a fresh start."""
         from sensorcep.io import tables
+        from sensorcep.io.lake import Tables
+        from sensorcep.pipeline import registry
         from sensorcep.runtime import get_spark
 
         if self.driver is not None:
             self._end_run()
-        shutil.rmtree(self.settings.checkpoint_path(action.arg))
-        from sensorcep.pipeline import registry
-
-        refused = Driver(self.params, None, self.log, [registry.query(action.arg).task])  # refused as it starts
-        code = refused.end(POINT_WAIT_S)
+        spark, name = get_spark(), self.settings.query_name(action.arg)
+        tables.register_all(spark, self.settings)  # the tables by name in this session, as in an operator's notebook
+        lake, declared = Tables(spark, self.settings), registry.query(action.arg)
+        held = [t for t in declared.rewritten_from_start if lake.exists(t) and not lake.read(t).isEmpty()]
+        if lake.exists("late_events") and not lake.read("late_events").where(f"query = '{name}'").isEmpty():
+            held.append("late_events")
+        shutil.rmtree(self.settings.checkpoint_path(action.arg), ignore_errors=True)
+        if not held:
+            return f"reset {action.arg} before it wrote anything: a fresh start, nothing to refuse"
+        refused = Driver(self.params, None, self.log, [declared.task])  # refused as it starts
+        try:
+            code = refused.end(POINT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            if refused.proc.poll() is None:  # not refused: it must not run beside the next action's run
+                refused.kill()
         said = "\n".join(refused.stderr + refused.lines)
         named = re.search(r"CheckpointResetError: .* remove them first \((.*?)\); or run", said)
         assert code == 1 and named, f"a reset {action.arg} checkpoint was not refused (exit {code}):\n{said[-2000:]}"
         statements = named.group(1).split("; ")
-        spark = get_spark()
-        tables.register_all(spark, self.settings)  # the tables by name in this session, as in an operator's notebook
+        wanted = [lake[t].sql_name for t in held]
+        assert len(statements) == len(wanted) and all(t in s for t, s in zip(wanted, statements, strict=True)), (
+            f"the refusal names {statements}, not a removal for each of {held}"
+        )
         for statement in statements:
             spark.sql(statement)
-        return f"reset refused naming {len(statements)} removals; ran them: the next run rebuilds {action.arg}"
+        return f"reset refused naming {len(statements)} removals ({', '.join(held)}); ran them: {action.arg} rebuilds"
 
     def _second_writer(self, _action: Action) -> str:
         driver = self._running()
@@ -871,7 +895,7 @@ def judge(settings: Settings, drained: Drained, acknowledged: dict) -> dict[str,
     assert not extra, f"alert_escalations holds {len(extra)} escalation(s) alert_events never recorded"
     acks = [json.loads(v) for _, _, _, v in drained.acks]
     transitions = _judge_lifecycle(settings, drained.frame("anomalies"), late, events, acks)
-    status_changes = _judge_device_status(settings, drained.frame("device_status"), bronze)
+    status_changes = _judge_device_status(settings, drained.frame("device_status"), bronze, late)
     told = _judge_notifications(events, drained.frame("notifications"), drained.received)
 
     progress = drained.frame("stream_progress")
@@ -1124,20 +1148,29 @@ def _judge_late_watermarks(settings: Settings, late: pd.DataFrame) -> int:
     return judged
 
 
-def _judge_device_status(settings: Settings, status: pd.DataFrame, bronze: pd.DataFrame) -> int:
+def _judge_device_status(settings: Settings, status: pd.DataFrame, bronze: pd.DataFrame, late: pd.DataFrame) -> int:
     """``device_status`` equals device activity's contract (:func:`support.oracle.device_status_changes`) replayed over
     the micro-batches the query actually ran: which bronze rows each took (its offset log against bronze's Delta log,
     :func:`support.delta_batches.batches`), less those late for the watermark of the batch before (Spark's late-row
     filter), each batch's timers fired at its own watermark. Its rows depend on where the batches were cut (an event
     that arrives after a later one changes no status), so the oracle follows the cuts Spark recorded; a kill, a replay
-    or a restart must change nothing else. Returns the rows judged."""
+    or a restart must change nothing else; and the rows the replay drops as late are the query's ``late_events`` rows
+    (the cuts, read a second way). Returns the rows judged."""
     cut = delta_batches.batches(settings.checkpoint_path("device_activity"), settings.table_path("bronze_events"))
     events = bronze.assign(us=bronze.event_time.map(_us))
-    replay, late_before_us = [], 0
+    replay, late_before_us, dropped = [], 0, set()
     for batch in cut:
-        took = events[events.file_name.isin(batch.files) & (events.us > late_before_us)]
+        read = events[events.file_name.isin(batch.files)]
+        took = read[read.us > late_before_us]
+        dropped |= set(zip(read.device_id[read.us <= late_before_us], read.us[read.us <= late_before_us], strict=True))
         replay.append((batch.watermark_ms, {d: list(rows.us // 1000) for d, rows in took.groupby("device_id")}))
         late_before_us = batch.watermark_ms * 1000
+    own = late[late["query"] == settings.query_name("device_activity")]
+    kept = set(zip(own.device_id, own.event_time.map(_us), strict=True))
+    assert dropped == kept, (
+        f"device_status: the batches its query ran drop {len(dropped - kept)} event(s) as late that late_events does "
+        f"not hold, and late_events holds {len(kept - dropped)} the batches did not drop"
+    )
     timeout_ms = int(parse_duration(settings.device_timeout) * 1000)
     want = Counter(device_status_changes(replay, timeout_ms))
     ms = ["changed_at", "first_seen", "last_seen"]

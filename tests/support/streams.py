@@ -187,7 +187,8 @@ def drained(settings):
         ingest = by_name["ingest"]
         if not (caught_up(ingest, events_end) and idle(ingest)):
             return False
-        if not all(after_ingest(by_name[name], ingest) for name in ("sampling", "device_activity")):
+        bronze_readers = [name for name in ("sampling", "device_activity", "stateful_rules") if name in by_name]
+        if not all(after_ingest(by_name[name], ingest) for name in bronze_readers):  # stateful rules: alerts too
             return False
         alerts_end = {settings.alerts_topic: topic_end_offsets(settings.kafka_bootstrap_servers, settings.alerts_topic)}
         if not all(
@@ -205,7 +206,8 @@ def drained(settings):
         if read_all.get("version") != latest:
             sources = json.loads(last.json)["sources"]  # offsets as JSON (``SourceProgress.endOffset`` is a repr)
             end = next(s["endOffset"] for s in sources if s["description"].startswith("DeltaSource"))
-            if end is None or end["reservoirVersion"] < latest:
+            # (v, -1) is before version v's first file: the latest version is read once past it or inside it
+            if end is None or (end["reservoirVersion"], end["index"]) < (latest, 0):
                 return False
             read_all.update(version=latest, batch=last.batchId)
         return last.batchId >= read_all["batch"] + 2

@@ -58,7 +58,8 @@ class Query:
     #: settings its checkpoint's state is built under: a restart with another value is refused
     fixed_settings: tuple[str, ...] = ()
     #: tables only it writes, by appends, from its input's start: a start on a new checkpoint (reset, or deleted)
-    #: while one of them holds rows would write them all again, and is refused (``streaming.refuse_reset``)
+    #: while one of them holds rows would write them all again, and is refused (``streaming.refuse_reset``; so is one
+    #: while ``late_events`` holds late rows of the query's own, for every query that writes them)
     rewritten_from_start: tuple[str, ...] = ()
 
     def trigger(self, settings: Settings) -> str:

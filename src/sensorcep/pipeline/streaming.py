@@ -217,7 +217,7 @@ def refuse_reset(spark: SparkSession, settings: Settings, declared: Query, creat
         raise CheckpointResetError(
             f"query {name} has no checkpoint at {settings.checkpoint_path(declared.name)}, but its tables already hold "
             f"rows it wrote through an earlier one: a new checkpoint reads its input from the start and would append "
-            f"them all again. Restore that checkpoint; or, to rebuild from bronze, remove them first "
+            f"them all again. Restore that checkpoint; or, to rebuild from its input, remove them first "
             f"({'; '.join(held)}); or run with another schema."
         )
 
