@@ -25,16 +25,25 @@ are not counted).
    time is broken down from its progress reports: planning, offsets (latestOffset, getBatch, WAL and offset
    commits), state commit, and the sink (``addBatch``: the foreachBatch writers, with each Delta table's log replay
    and commit, and the Python workers of the stateful processors).
-3. **Sizing.** cores = rate x (the queries' core-seconds per event) + (core-seconds per round) / trigger interval,
-   for a few rates and triggers. ``--soaks``: soak results (``soak.py --suffix``) to hold the model against: the
-   cores it predicts for each soak's rate and trigger, the Spark cores the soak measured (minutes 3 on), and their
-   ratio.
+3. **Per device reporting.** The same again, on fresh tables, at ``--busy`` events/s, a rate at which most of the
+   1,000 devices report in every round: a round's cost grows with the devices it touches (each stateful query
+   visits each device's state once per batch, the Python processors once per key), which neither a trickle (a few
+   hundred events a round) nor a backlog (tens of thousands of events a batch) shows. Its extra CPU per round, less
+   the extra events' per-event cost, divided by the extra devices a round touches, is the cost per device per round;
+   the trickle's round, less its devices and events, is the fixed cost per round.
+4. **Sizing.** cores = rate x per event + (per round + per device x devices reporting in a round) / trigger
+   interval, where the devices reporting in a round are the expected distinct devices among rate x interval events
+   from a fleet of ``--devices``: for a few rates and triggers. ``--soaks``: soak results (``soak.py --suffix``) to
+   hold the model against: the cores it predicts for each soak's rate and trigger, the Spark cores the soak measured
+   (minutes 3 on), and their ratio.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
+from dataclasses import dataclass
 
 from harness import (
     CpuMeter,
@@ -100,6 +109,38 @@ def per_event(spark, settings, events: int, clock: CpuMeter) -> dict[str, dict]:
     return out
 
 
+def devices_per_round(rate: float, interval_s: float, devices: int) -> float:
+    """The expected distinct devices among ``rate`` x ``interval_s`` events, each from one of ``devices`` at random."""
+    return devices * (1 - math.exp(-rate * interval_s / devices)) if devices else 0.0
+
+
+@dataclass(frozen=True)
+class Model:
+    """Cores = rate x ``per_event`` + (``per_round`` + ``per_device`` x devices reporting in a round) / interval."""
+
+    per_event: float  # core-s per fleet event, every query
+    per_round: float  # core-s per trigger round, every query, whatever arrives
+    per_device: float  # core-s per device that reported in a round
+    devices: int  # the fleet
+
+    def cores(self, rate: float, interval_s: float) -> float:
+        touched = devices_per_round(rate, interval_s, self.devices)
+        return rate * self.per_event + (self.per_round + self.per_device * touched) / interval_s
+
+    @classmethod
+    def fit(cls, per_event: float, interval_s: float, devices: int, quiet: tuple[float, float],
+            busy: tuple[float, float]) -> Model:  # fmt: skip
+        """From the per-event cost and two always-on windows, ``(events/s, cores)`` each: the quiet one a trickle,
+        the busy one reaching most devices every round."""
+        (rate_q, cores_q), (rate_b, cores_b) = quiet, busy
+        round_q, round_b = cores_q * interval_s, cores_b * interval_s
+        touched_q, touched_b = (devices_per_round(r, interval_s, devices) for r in (rate_q, rate_b))
+        extra_events = (rate_b - rate_q) * interval_s * per_event
+        per_device = max(round_b - round_q - extra_events, 0.0) / max(touched_b - touched_q, 1.0)
+        per_round = max(round_q - rate_q * interval_s * per_event - touched_q * per_device, 0.0)
+        return cls(per_event, per_round, per_device, devices)
+
+
 def breakdown(progress: list[dict]) -> dict[str, float]:
     """Median ms per batch of each part of a query's batch time."""
 
@@ -117,10 +158,10 @@ def breakdown(progress: list[dict]) -> dict[str, float]:
     return {k: statistics.median(p[k] for p in parts) for k in parts[0]} if parts else {}
 
 
-def per_batch(spark, settings, args, clock: CpuMeter) -> tuple[dict[str, dict], float]:
-    """Every query running with a trickle arriving: each query's share of the pipeline's CPU per batch and its batch
-    time broken down, and the cores the whole pipeline used."""
-    cpu, running, since = always_on_window(spark, settings, args.trickle, args.warmup, args.idle_seconds, clock)
+def per_batch(spark, settings, args, clock: CpuMeter, rate: int) -> tuple[dict[str, dict], float]:
+    """Every query running with ``rate`` events/s arriving: each query's share of the pipeline's CPU per batch and its
+    batch time broken down, and the cores the whole pipeline used."""
+    cpu, running, since = always_on_window(spark, settings, rate, args.warmup, args.idle_seconds, clock)
     window = {}
     for query in running:
         reports = progress(query, since)
@@ -129,8 +170,8 @@ def per_batch(spark, settings, args, clock: CpuMeter) -> tuple[dict[str, dict], 
     total_ms = sum(w["wall_ms"] for w in window.values()) or 1
     for w in window.values():
         w["core_s_per_batch"] = cpu * w["wall_ms"] / total_ms / max(w["batches"], 1)
-    print(f"\n  the whole pipeline idling at {args.trickle} events/s, trigger {args.trigger}: "
-          f"{cpu / args.idle_seconds:.2f} cores", flush=True)  # fmt: skip
+    print(f"\n  the whole pipeline at {rate} events/s, trigger {args.trigger}: {cpu / args.idle_seconds:.2f} cores",
+          flush=True)  # fmt: skip
     return window, cpu / args.idle_seconds
 
 
@@ -139,6 +180,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=300_000, help="events of each of step 1's two backlogs")
     parser.add_argument("--trigger", default="10 seconds", help="every query's trigger in step 2 (the soak's)")
     parser.add_argument("--trickle", type=int, default=20, help="events/s during step 2")
+    parser.add_argument("--busy", type=int, default=200, help="events/s during step 3: most devices in every round")
+    parser.add_argument("--devices", type=int, default=1_000, help="the fleet the sizing is for (the producers' 1,000)")
     parser.add_argument("--warmup", type=int, default=60, help="seconds before step 2 measures")
     parser.add_argument("--idle-seconds", type=int, default=120, help="how long step 2 measures")
     parser.add_argument("--soaks", default="", help="comma-separated soak results to compare with, e.g. soak_2000")
@@ -162,21 +205,32 @@ def main() -> None:
         print(f"   {args.events:,} more, measured", flush=True)
         costs = per_event(spark, settings, args.events, clock)
         print(f"\n2. per micro-batch: every query running, trigger {args.trigger}, {args.trickle} events/s", flush=True)
-        # fresh topics and tables: no backlog, no watermark jump from step 1's event times to now
-        with scratch_run(
-            "cost-idle",
-            ("events", "alerts", "acks"),
-            schema=f"{settings.schema}_idle",
-            trigger=args.trigger,
-            alerts_trigger=args.trigger,
-            max_offsets_per_trigger=str(args.events),
-        ) as idle:
-            catalog.apply_rules(spark, idle, [*load_rules(), *stateful_rule_set(1)])
-            fixed, idle_cores = per_batch(spark, idle, args, clock)
-        figures, table = report(costs, fixed, idle_cores, args, soaks)
+        fixed, idle_cores = always_on(spark, settings, args, clock, "idle", args.trickle)
+        print(f"\n3. per device: every query running, trigger {args.trigger}, {args.busy} events/s", flush=True)
+        _, busy_cores = always_on(spark, settings, args, clock, "busy", args.busy)
+        interval = parse_duration(args.trigger)
+        per_event_core_s = sum(c["core_s_per_million"] for c in costs.values()) / 1e6
+        model = Model.fit(per_event_core_s, interval, args.devices, (args.trickle, idle_cores), (args.busy, busy_cores))
+        figures, table = report(costs, fixed, model, args, soaks)
         stop_session(spark)
     figures["the pipeline idling (cores)"] = idle_cores
+    figures[f"the pipeline at {args.busy} events/s (cores)"] = busy_cores
     record("cost_model", figures, table)
+
+
+def always_on(spark, settings, args, clock: CpuMeter, label: str, rate: int) -> tuple[dict[str, dict], float]:
+    """:func:`per_batch` at ``rate`` on fresh topics and tables: no backlog, no watermark jump from step 1's event
+    times to now."""
+    with scratch_run(
+        f"cost-{label}",
+        ("events", "alerts", "acks"),
+        schema=f"{settings.schema}_{label}",
+        trigger=args.trigger,
+        alerts_trigger=args.trigger,
+        max_offsets_per_trigger=str(args.events),
+    ) as scratch:
+        catalog.apply_rules(spark, scratch, [*load_rules(), *stateful_rule_set(1)])
+        return per_batch(spark, scratch, args, clock, rate)
 
 
 def soak_figures(name: str) -> dict:
@@ -187,8 +241,8 @@ def soak_figures(name: str) -> dict:
     return json.loads(path.read_text())["figures"]
 
 
-def report(costs: dict, fixed: dict, idle_cores: float, args, soaks: dict) -> tuple[dict, list[dict]]:
-    """Print the per-query table, the totals and the sizing; returns them as figures and the table's rows."""
+def report(costs: dict, fixed: dict, model: Model, args, soaks: dict) -> tuple[dict, list[dict]]:
+    """Print the per-query table, the model and the sizing; returns them as figures and the table's rows."""
     print("\nquery             core-s/M events  core-s/batch  batch ms  planning  offsets  state commit  sink")
     table = []
     for name, cost in costs.items():
@@ -211,31 +265,31 @@ def report(costs: dict, fixed: dict, idle_cores: float, args, soaks: dict) -> tu
                 **{f"{part} ms": f.get(part, 0) for part in ("batch", "planning", "offsets", "state_commit", "sink")},
             }
         )
-    per_event_core_s = sum(c["core_s_per_million"] for c in costs.values()) / 1e6
-    # the fixed cost per round: what every query running at a trickle used, per trigger interval (the per-query shares
-    # above sum to more where a query ran fewer batches than the window had rounds)
-    per_batch_core_s = idle_cores * parse_duration(args.trigger)
-    print(f"\nall queries: {per_event_core_s * 1e6:.1f} core-s per million events + {per_batch_core_s:.2f} core-s per "
-          "trigger")  # fmt: skip
+    print(f"\nall queries: {model.per_event * 1e6:.1f} core-s per million events + {model.per_round:.2f} core-s per "
+          f"round + {model.per_device * 1e3:.2f} core-ms per device reporting in a round")  # fmt: skip
     figures = {
         "events": args.events,
         "trigger": args.trigger,
         "trickle (events/s)": args.trickle,
+        "busy (events/s)": args.busy,
         "measured idling (s)": args.idle_seconds,
-        "all queries, per event (core-s per million events)": per_event_core_s * 1e6,
-        "all queries, per trigger (core-s)": per_batch_core_s,
+        "devices": args.devices,
+        "all queries, per event (core-s per million events)": model.per_event * 1e6,
+        "all queries, per round (core-s)": model.per_round,
+        "all queries, per device reporting in a round (core-ms)": model.per_device * 1e3,
     }
-    print("cores needed = rate x per-event cost + per-trigger cost / trigger interval:")
+    print(f"cores needed for {args.devices:,} devices = rate x per event + (per round + per device x devices "
+          "reporting in a round) / trigger interval:")  # fmt: skip
     print("  events/s    trigger 10 s   trigger 60 s")
     for rate in (1_000, 4_000, 10_000, 50_000):
-        need = [rate * per_event_core_s + per_batch_core_s / parse_duration(t) for t in ("10 seconds", "60 seconds")]
+        need = [model.cores(rate, parse_duration(t)) for t in ("10 seconds", "60 seconds")]
         print(f"  {rate:>8,}    {need[0]:>10.2f}   {need[1]:>12.2f}")
         for trigger, cores in zip(("10 s", "60 s"), need, strict=True):
             figures[f"cores needed at {rate:,} events/s, trigger {trigger} (cores)"] = cores
     for name, soak in soaks.items():
         rate, trigger = soak["rate (events/s)"], soak["trigger"]
         measured = next(v for k, v in soak.items() if k.startswith("steady cpu") and k.endswith("Spark (cores)"))
-        predicted = rate * per_event_core_s + per_batch_core_s / parse_duration(trigger)
+        predicted = model.cores(rate, parse_duration(trigger))
         print(f"  {name}: {rate:,} events/s at {trigger}: the model says {predicted:.2f} cores, the soak used "
               f"{measured:.2f} ({predicted / measured:.2f}x)")  # fmt: skip
         figures[f"{name}, {rate:,} events/s: predicted (cores)"] = predicted

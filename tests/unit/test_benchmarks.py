@@ -211,3 +211,40 @@ def test_a_first_batch_that_starts_at_none_is_counted_from_the_earliest_offsets(
     bench = ingest_benchmark
     progress = {"sources": [{"startOffset": "None", "endOffset": "{'t': {'0': 5, '1': 7}}"}]}
     assert bench.records_of(progress) == 12
+
+
+@pytest.fixture
+def cost_model(harness):
+    spec = importlib.util.spec_from_file_location("cost_model_benchmark", FOLDER / "cost_model.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
+def test_devices_per_round_is_the_expected_distinct_devices(cost_model):
+    """Few events a round touch about as many devices; many touch nearly the whole fleet, never more."""
+    per_round = cost_model.devices_per_round
+    assert per_round(0, 10, 1_000) == 0
+    assert per_round(1, 10, 1_000) == pytest.approx(10, rel=0.01)
+    assert per_round(200, 10, 1_000) == pytest.approx(1_000 * (1 - math.exp(-2)))
+    assert 999 < per_round(2_000, 10, 1_000) <= 1_000
+    assert per_round(100, 10, 0) == 0
+
+
+def test_the_model_fitted_to_two_windows_gives_back_the_costs_they_were_made_of(cost_model):
+    """Two always-on windows priced by known costs (per event, per round, per device reporting): the fit recovers
+    them, and predicts a third rate and another trigger as those costs say."""
+    Model = cost_model.Model
+    truth = Model(per_event=200e-6, per_round=10.0, per_device=2e-3, devices=1_000)
+    quiet, busy = (20, truth.cores(20, 10)), (200, truth.cores(200, 10))
+    fitted = Model.fit(200e-6, 10, 1_000, quiet, busy)
+    assert fitted.per_round == pytest.approx(10.0)
+    assert fitted.per_device == pytest.approx(2e-3)
+    assert fitted.cores(2_000, 60) == pytest.approx(2_000 * 200e-6 + (10.0 + 2e-3 * 1_000) / 60, rel=1e-4)
+    # a busy window no dearer than its extra events: no per-device cost, never a negative one
+    flat = Model.fit(200e-6, 10, 1_000, (20, 1.0), (200, 1.0 + 180 * 200e-6))
+    assert flat.per_device == 0 and flat.per_round == pytest.approx(10.0 - 20 * 10 * 200e-6)
