@@ -27,6 +27,7 @@ depend on how the events were cut into micro-batches, nor on their arrival order
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -75,133 +76,235 @@ def advance(
     """Run the final ``events`` (event_time_us, sensor_freq, kafka_timestamp_us[, the other fields the rules read,
     by name]), oldest first, through the ``rules`` that apply to ``device_id``; then the absences the watermark
     proves. Returns (alerts, memory). A rate or baseline rule skips an event that does not carry its field as a
-    number (:func:`~sensorcep.rules.model.number`); a condition on such a field is not met."""
+    number (:func:`~sensorcep.rules.model.number`); a condition on such a field is not met.
+
+    Each rule takes the events in one loop of its own (its constants worked out once per rule object,
+    :func:`_constants`); the alerts come out in event order, and for one event in the order of ``rules``, as if each
+    event had gone through every rule in turn."""
     scoped = scoped or {}
     mine = [r for r in rules if applies(r, device_id, scoped)]
     memory = {k: v for k, v in memory.items() if k in {_key(r) for r in mine}}
-    fired: list[Fired] = []
+    ordered = sorted(events, key=lambda e: e[0])
+    judged = [Judged({**(extra[0] if extra else {}), "sensor_freq": value}) for _, value, _, *extra in ordered]
+    tagged: list[tuple[int, int, Fired]] = []  # (event's position, rule's, alert): sorted into event order below
 
-    def alert(r: VersionedRule, t_us: int, value: float | None, kafka_us: int | None, detail: str = "") -> None:
-        fired.append(Fired(device_id, t_us, value, kafka_us, r.id, r.version, r.rule.text, detail))
+    def alerting(index: int, r: VersionedRule):
+        def alert(at: int, t_us: int, value, kafka_us, detail: str = "") -> None:
+            fired = Fired(device_id, t_us, value, kafka_us, r.id, r.version, _text(r.rule), detail)
+            tagged.append((at, index, fired))
 
-    keyed = [(r, r.rule, _key(r)) for r in mine]  # worked out once per call, not per event
-    for _, rule, key in keyed:  # windows are updated in place: the caller's memory stays as it was
-        if rule.kind == "aggregate" and key in memory:
-            memory[key] = [list(window) for window in memory[key]]
-    for t_us, value, kafka_us, *extra in sorted(events, key=lambda e: e[0]):
-        event = Judged({**(extra[0] if extra else {}), "sensor_freq": value})
-        for r, rule, key in keyed:
-            kind = rule.kind
-            if kind == "rate" or kind == "baseline":
-                reading = event.number(rule.field)
-                if reading is None:
-                    continue
-            if kind == "rate":
-                previous = memory.get(key)
-                if previous is not None and t_us > previous[0]:
-                    change = (reading - previous[1]) / ((t_us - previous[0]) / 1e6)
-                    if OPERATOR[rule.op](change, rule.value):
-                        alert(r, t_us, value, kafka_us)
-                memory[key] = [t_us, reading]
-            elif kind == "count":
-                if event.holds(rule.test):
-                    recent = [t for t in memory.get(key, []) if t >= t_us - rule.within_us] + [t_us]
-                    if len(recent) >= rule.at_least:
-                        alert(r, t_us, value, kafka_us)
-                    memory[key] = recent[-rule.at_least :]  # older ones can never count again
-            elif kind == "sequence":
-                first_at = memory.get(key)
-                if first_at is not None and event.holds(rule.then) and t_us - first_at <= rule.within_us:
-                    alert(r, t_us, value, kafka_us)
-                    first_at = None  # used up
-                memory[key] = t_us if event.holds(rule.first) else first_at
-            elif kind == "baseline":
-                n, mean, var, _ = memory.get(key, [0, 0.0, 0.0, None])
-                # a constant run (spread 0) fires on any departure, unless min_spread sets a floor
-                if n >= rule.min_events and abs(reading - mean) > rule.k * max(math.sqrt(var), rule.spread_floor):
-                    alert(r, t_us, value, kafka_us)
-                if n == 0:
-                    mean, var = reading, 0.0
-                else:
-                    diff = reading - mean
-                    mean += rule.alpha * diff
-                    var = (1 - rule.alpha) * (var + diff * rule.alpha * diff)
-                memory[key] = [n + 1, mean, var, t_us]
-            elif kind == "aggregate":
-                reading = 1.0 if rule.field is None else event.number(rule.field)
-                if reading is not None:
-                    memory[key] = _add_to_windows(rule, memory.get(key, []), t_us, reading)
-            elif kind == "pattern":
-                due = _pattern_due(rule, memory.get(key, []), t_us - 1)
-                if due is not None:  # a trailing not held until within ended, before this event: the match ends there
-                    alert(r, due[0], None, None, match_detail(rule, due[1]))
-                    memory[key] = []
-                matched, memory[key] = pattern_runs(rule, memory.get(key, []), t_us, event)
-                if matched is not None:
-                    alert(r, t_us, value, kafka_us, match_detail(rule, matched))
-            elif kind == "absence":
-                last, sent_for = memory.get(key, [None, None])
-                if last is not None and t_us - last > rule.within_us and sent_for != last:
-                    alert(r, last + rule.within_us, None, None)
-                memory[key] = [t_us, None]
-    for r in mine:
-        if r.rule.kind == "pattern" and memory.get(_key(r)):
-            due = _pattern_due(r.rule, memory[_key(r)], watermark_us)
+        return alert
+
+    for index, r in enumerate(mine):
+        _RUNS[r.rule.kind](r.rule, _key(r), memory, ordered, judged, alerting(index, r))
+    for index, r in enumerate(mine):
+        key, alert = _key(r), functools.partial(alerting(index, r), len(ordered))  # after every event
+        if r.rule.kind == "pattern" and memory.get(key):
+            due = _pattern_due(r.rule, memory[key], watermark_us)
             if due is not None:
-                alert(r, due[0], None, None, match_detail(r.rule, due[1]))
-                memory[_key(r)] = []
+                alert(due[0], None, None, match_detail(r.rule, due[1]))
+                memory[key] = []
             else:  # a partial match whose within has passed can no longer complete
-                memory[_key(r)] = [run for run in memory[_key(r)] if run[3] + r.rule.within_us >= watermark_us]
-        if r.rule.kind == "aggregate" and memory.get(_key(r)):
+                memory[key] = [run for run in memory[key] if run[3] + r.rule.within_us >= watermark_us]
+        if r.rule.kind == "aggregate" and memory.get(key):
             still_open = []
-            for window in memory[_key(r)]:
+            for window in memory[key]:
                 end_us = window[0] + r.rule.window_us
                 if end_us > watermark_us:
                     still_open.append(window)
                 elif _meets(r.rule, window, compared_with(r.rule, device_id, scoped)):
-                    alert(r, end_us, None, None)
-            memory[_key(r)] = still_open
+                    alert(end_us, None, None)
+            memory[key] = still_open
         if r.rule.kind == "absence":
-            last, sent_for = memory.get(_key(r), [None, None])
+            last, sent_for = memory.get(key, [None, None])
             if last is not None and sent_for != last and last + r.rule.within_us <= watermark_us:
-                alert(r, last + r.rule.within_us, None, None)
-                memory[_key(r)] = [last, last]
-    return fired, memory
+                alert(last + r.rule.within_us, None, None)
+                memory[key] = [last, last]
+    tagged.sort(key=lambda tag: (tag[0], tag[1]))  # stable: one rule's alerts at one event keep their order
+    return [f for _, _, f in tagged], memory
 
 
-def _add_to_windows(rule, windows: list[list], t_us: int, reading: float) -> list[list]:
-    """An event's reading added to every window of ``rule`` it falls into (created as needed), in place: each window
-    is [start_us, events, sum, mean, m2, min, max], the mean and m2 by Welford's update (for stddev); the list stays
-    ordered by start."""
-    newest = t_us - t_us % rule.slide_us  # the latest window that holds t, aligned as Spark's window()
-    oldest = newest - ((newest - (t_us - rule.window_us)) - 1) // rule.slide_us * rule.slide_us
-    if not windows or windows[-1][0] < newest:  # a window to open (events come oldest first: the older ones are open)
-        held = {window[0] for window in windows if window[0] >= oldest}
-        missing = [[start, 0, 0.0, 0.0, 0.0, math.inf, -math.inf]
-                   for start in range(oldest, newest + 1, rule.slide_us) if start not in held]  # fmt: skip
-        ordered = not windows or missing[0][0] > windows[-1][0]
-        windows = windows + missing if ordered else sorted(windows + missing)
-    for window in reversed(windows):
-        start = window[0]
-        if start < oldest:
-            break
-        if start > newest:
+def _text(rule) -> str:
+    """The rule as its alerts say it (worked out once per rule object)."""
+    return per_object(_TEXTS, rule, lambda rule: rule.text)
+
+
+#: :func:`_text` of each rule
+_TEXTS: dict[int, str] = {}
+
+
+def _constants(rule) -> tuple:
+    """What a rule's loop reads for every event, worked out once per rule object: its operator, durations and the
+    :func:`~sensorcep.rules.model.options_of` of its conditions (an inline condition is a new object at each read)."""
+    return per_object(_CONSTANTS, rule, _work_out)
+
+
+#: :func:`_constants` of each rule
+_CONSTANTS: dict[int, tuple] = {}
+
+
+def _work_out(rule) -> tuple:
+    kind = rule.kind
+    if kind == "rate":
+        return rule.field, OPERATOR[rule.op], rule.value
+    if kind == "count":
+        return options_of(rule.test), rule.within_us, rule.at_least
+    if kind == "sequence":
+        return options_of(rule.first), options_of(rule.then), rule.within_us
+    if kind == "baseline":
+        return rule.field, rule.min_events, rule.k, rule.spread_floor, rule.alpha
+    if kind == "aggregate":
+        return rule.field, rule.window_us, rule.slide_us
+    if kind == "absence":
+        return (rule.within_us,)
+    return ()
+
+
+def _run_rate(rule, key, memory, ordered, judged, alert) -> None:
+    field, compare, value = _constants(rule)
+    previous = memory.get(key)
+    for at, (t_us, reading_value, kafka_us, *_) in enumerate(ordered):
+        reading = judged[at].number(field)
+        if reading is None:
             continue
-        n = window[1] + 1
-        delta = reading - window[3]
-        mean = window[3] + delta / n
-        window[1], window[2], window[3], window[4] = n, window[2] + reading, mean, window[4] + delta * (reading - mean)
-        if reading < window[5]:
-            window[5] = reading
-        if reading > window[6]:
-            window[6] = reading
-    return windows
+        if previous is not None and t_us > previous[0]:
+            if compare((reading - previous[1]) / ((t_us - previous[0]) / 1e6), value):
+                alert(at, t_us, reading_value, kafka_us)
+        previous = memory[key] = [t_us, reading]
 
 
-def _compiled(rule) -> tuple[list, list, bool]:
+def _run_count(rule, key, memory, ordered, judged, alert) -> None:
+    test, within_us, at_least = _constants(rule)
+    for at, (t_us, value, kafka_us, *_) in enumerate(ordered):
+        if judged[at].meets(test):
+            recent = [t for t in memory.get(key, []) if t >= t_us - within_us] + [t_us]
+            if len(recent) >= at_least:
+                alert(at, t_us, value, kafka_us)
+            memory[key] = recent[-at_least:]  # older ones can never count again
+
+
+def _run_sequence(rule, key, memory, ordered, judged, alert) -> None:
+    first, then, within_us = _constants(rule)
+    first_at = memory.get(key)
+    for at, (t_us, value, kafka_us, *_) in enumerate(ordered):
+        event = judged[at]
+        if first_at is not None and event.meets(then) and t_us - first_at <= within_us:
+            alert(at, t_us, value, kafka_us)
+            first_at = None  # used up
+        first_at = memory[key] = t_us if event.meets(first) else first_at
+
+
+def _run_baseline(rule, key, memory, ordered, judged, alert) -> None:
+    field, min_events, k, floor, alpha = _constants(rule)
+    for at, (t_us, value, kafka_us, *_) in enumerate(ordered):
+        reading = judged[at].number(field)
+        if reading is None:
+            continue
+        n, mean, var, _ = memory.get(key, [0, 0.0, 0.0, None])
+        # a constant run (spread 0) fires on any departure, unless min_spread sets a floor
+        if n >= min_events and abs(reading - mean) > k * max(math.sqrt(var), floor):
+            alert(at, t_us, value, kafka_us)
+        if n == 0:
+            mean, var = reading, 0.0
+        else:
+            diff = reading - mean
+            mean += alpha * diff
+            var = (1 - alpha) * (var + diff * alpha * diff)
+        memory[key] = [n + 1, mean, var, t_us]
+
+
+def _run_aggregate(rule, key, memory, ordered, judged, alert) -> None:
+    """Each event's reading into every window it falls into, in place: each window is [start_us, events, sum, mean,
+    m2, min, max], the mean and m2 by Welford's update (for stddev); the list stays ordered by start."""
+    field, window_us, slide_us = _constants(rule)
+    if key in memory:  # windows are updated in place: the caller's memory stays as it was
+        memory[key] = [list(window) for window in memory[key]]
+    windows = memory.get(key, [])
+    for at, (t_us, *_) in enumerate(ordered):
+        reading = 1.0 if field is None else judged[at].number(field)
+        if reading is None:
+            continue
+        newest = t_us - t_us % slide_us  # the latest window that holds t, aligned as Spark's window()
+        oldest = newest - ((newest - (t_us - window_us)) - 1) // slide_us * slide_us
+        if not windows or windows[-1][0] < newest:  # a window to open (events come oldest first: older ones are open)
+            windows = _open_windows(windows, oldest, newest, slide_us)
+        for window in reversed(windows):
+            start = window[0]
+            if start < oldest:
+                break
+            if start > newest:
+                continue
+            n = window[1] + 1
+            mean = window[3]
+            delta = reading - mean
+            mean += delta / n
+            window[1], window[2], window[3] = n, window[2] + reading, mean
+            window[4] += delta * (reading - mean)
+            if reading < window[5]:
+                window[5] = reading
+            if reading > window[6]:
+                window[6] = reading
+        memory[key] = windows
+
+
+def _run_pattern(rule, key, memory, ordered, judged, alert) -> None:
+    _, _, trailing, within_us, every = _compiled(rule)
+    runs = memory.get(key, [])
+    settled = all(len(run) > 4 for run in runs)  # partial matches as pattern_runs leaves them (it keeps them so)
+    for at, (t_us, value, kafka_us, *_) in enumerate(ordered):
+        event = judged[at]
+        if trailing:
+            due = _pattern_due(rule, runs, t_us - 1)
+            if due is not None:  # a trailing not held until within ended, before this event: the match ends there
+                alert(at, due[0], None, None, match_detail(rule, due[1]))
+                runs = []
+        for options in every:
+            if event.meets(options):
+                break
+        else:
+            if settled:  # an event that meets none of the pattern's conditions: pattern_runs' shortcut, inline
+                runs = memory[key] = [run for run in runs if t_us - run[3] <= within_us]
+                continue
+        matched, runs = pattern_runs(rule, runs, t_us, event)
+        memory[key], settled = runs, True
+        if matched is not None:
+            alert(at, t_us, value, kafka_us, match_detail(rule, matched))
+
+
+def _run_absence(rule, key, memory, ordered, judged, alert) -> None:
+    (within_us,) = _constants(rule)
+    for at, (t_us, *_) in enumerate(ordered):
+        last, sent_for = memory.get(key, [None, None])
+        if last is not None and t_us - last > within_us and sent_for != last:
+            alert(at, last + within_us, None, None)
+        memory[key] = [t_us, None]
+
+
+#: each stateful kind's loop over a device's events
+_RUNS = {
+    "rate": _run_rate,
+    "count": _run_count,
+    "sequence": _run_sequence,
+    "baseline": _run_baseline,
+    "aggregate": _run_aggregate,
+    "pattern": _run_pattern,
+    "absence": _run_absence,
+}
+
+
+def _open_windows(windows: list[list], oldest: int, newest: int, slide_us: int) -> list[list]:
+    """``windows`` with the windows from ``oldest`` to ``newest`` start it lacks, empty, in order of start."""
+    held = {window[0] for window in windows if window[0] >= oldest}
+    missing = [[start, 0, 0.0, 0.0, 0.0, math.inf, -math.inf]
+               for start in range(oldest, newest + 1, slide_us) if start not in held]  # fmt: skip
+    ordered = not windows or missing[0][0] > windows[-1][0]
+    return windows + missing if ordered else sorted(windows + missing)
+
+
+def _compiled(rule) -> tuple[list, list, bool, int, list]:
     """A pattern's positive steps (condition as :func:`~sensorcep.rules.model.options_of`, min, max or None), the
-    conditions (the same) of the ``not`` steps after each, and whether it ends in a ``not`` step (worked out once per
-    rule object)."""
+    conditions (the same) of the ``not`` steps after each, whether it ends in a ``not`` step, its ``within`` in µs and
+    every condition of its steps (worked out once per rule object)."""
     return per_object(_COMPILED, rule, _compile)
 
 
@@ -209,7 +312,7 @@ def _compiled(rule) -> tuple[list, list, bool]:
 _COMPILED: dict[int, tuple] = {}
 
 
-def _compile(rule) -> tuple[list, list, bool]:
+def _compile(rule) -> tuple[list, list, bool, int, list]:
     positives, nots = [], []
     for step in rule.steps:
         if step.absent:
@@ -217,7 +320,8 @@ def _compile(rule) -> tuple[list, list, bool]:
         else:
             positives.append((options_of(step.when), step.repeat.min, step.repeat.max))
             nots.append([])
-    return positives, nots, rule.steps[-1].absent
+    every = list({id(options): options for options in (options_of(step.when) for step in rule.steps)}.values())
+    return positives, nots, rule.steps[-1].absent, rule.within_us, every
 
 
 def pattern_runs(rule, runs: list[list], t_us: int, event: Judged) -> tuple[list | None, list[list]]:
@@ -230,15 +334,22 @@ def pattern_runs(rule, runs: list[list], t_us: int, event: Judged) -> tuple[list
     the next step (not blocked); an event meeting the first step also begins a partial match. Partial matches in the
     same state that begin later can do whatever earlier ones can, for longer: only the latest is kept (a pattern ending
     in ``not``: one per first event, as the earliest one's within ends first). Of several matches completing at the
-    same event, the one that began first is reported."""
-    positives, nots, trailing = _compiled(rule)
+    same event, the one that began first is reported.
+
+    An event that meets none of the pattern's conditions changes no partial match: they are only dropped as
+    ``within`` passes. Partial matches as this function leaves them are ordered and one per state, so for such an event
+    it returns them as they are, less the expired ones (a partial match kept before the spans were takes the long
+    way, which adds them)."""
+    positives, nots, trailing, within_us, every = _compiled(rule)
+    if not any(event.meets(options) for options in every) and all(len(run) > 4 for run in runs):
+        return None, [run for run in runs if t_us - run[3] <= within_us]
     last = len(positives) - 1
     nexts: list[list] = []
     completed: list[list] = []
     for run in runs:
         step, count, blocked, first = run[:4]
         spans = run[4] if len(run) > 4 else []  # a partial match kept before the spans were
-        if t_us - first > rule.within_us:
+        if t_us - first > within_us:
             continue  # too late for this partial match
         when, least, most = positives[step]
         enough = count >= least
@@ -271,7 +382,7 @@ def _pattern_due(rule, runs: list[list], until_us: int) -> tuple[int, list] | No
     """A pattern ending in ``not``: the end of ``within`` of the earliest partial match that has taken its last
     positive step and was not blocked, if that end is at or before ``until_us`` (every event up to it is known), and
     that match's spans."""
-    positives, _, trailing = _compiled(rule)
+    positives, _, trailing, _, _ = _compiled(rule)
     if not trailing:
         return None
     ready = [run for run in runs if run[0] == len(positives) - 1 and run[1] >= positives[-1][1] and not run[2]]
