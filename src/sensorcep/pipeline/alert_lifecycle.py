@@ -99,7 +99,7 @@ class IncidentMachine(StatefulProcessor):
         return self.by_rule.get(key[0], self.by_rule[""])
 
     def _load(self) -> tuple[list, dict | None]:
-        held = self.state.get() if self.state.exists() else None
+        held = self.state.get()  # None when the key has none: one round trip to the JVM, not two
         return (json.loads(held[0]), json.loads(held[1])) if held else ([], None)
 
     def _save(self, key, pending: list, incident: dict | None) -> None:

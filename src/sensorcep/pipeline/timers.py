@@ -54,7 +54,7 @@ class PendingAndMemory(StatefulProcessor):
         self.passes = Passes()
 
     def _load(self) -> tuple[list, dict]:
-        held = self.state.get() if self.state.exists() else None
+        held = self.state.get()  # None when the key has none: one round trip to the JVM, not two
         return (json.loads(held[0]), json.loads(held[1])) if held else ([], {})
 
     def _store(self, pending: list, memory: dict) -> None:
