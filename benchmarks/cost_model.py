@@ -43,9 +43,10 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness import (
+    STEADY_DEVICES,
     CpuMeter,
     always_on_window,
     argument_parser,
@@ -181,7 +182,7 @@ def main() -> None:
     parser.add_argument("--trigger", default="10 seconds", help="every query's trigger in step 2 (the soak's)")
     parser.add_argument("--trickle", type=int, default=20, help="events/s during step 2")
     parser.add_argument("--busy", type=int, default=200, help="events/s during step 3: most devices in every round")
-    parser.add_argument("--devices", type=int, default=1_000, help="the fleet the sizing is for (the producers' 1,000)")
+    parser.add_argument("--devices", type=int, default=STEADY_DEVICES, help="the fleet the sizing is for (its devices)")
     parser.add_argument("--warmup", type=int, default=60, help="seconds before step 2 measures")
     parser.add_argument("--idle-seconds", type=int, default=120, help="how long step 2 measures")
     parser.add_argument("--soaks", default="", help="comma-separated soak results to compare with, e.g. soak_2000")
@@ -210,7 +211,11 @@ def main() -> None:
         _, busy_cores = always_on(spark, settings, args, clock, "busy", args.busy)
         interval = parse_duration(args.trigger)
         per_event_core_s = sum(c["core_s_per_million"] for c in costs.values()) / 1e6
-        model = Model.fit(per_event_core_s, interval, args.devices, (args.trickle, idle_cores), (args.busy, busy_cores))
+        # fitted to the fleet the windows measured (the steady producer's), then priced for the one asked about
+        measured = Model.fit(
+            per_event_core_s, interval, STEADY_DEVICES, (args.trickle, idle_cores), (args.busy, busy_cores)
+        )
+        model = replace(measured, devices=args.devices)
         figures, table = report(costs, fixed, model, args, soaks)
         stop_session(spark)
     figures["the pipeline idling (cores)"] = idle_cores

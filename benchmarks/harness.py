@@ -119,6 +119,10 @@ def produce_backlog(
     return simulation
 
 
+#: the steady producer's fleet: its events come from this many devices, at random
+STEADY_DEVICES = 1_000
+
+
 def produce_steady(bootstrap: str, topic: str, rate: int, seconds: float, out, warmup: float = 0.0) -> None:
     """``rate`` events/s for ``warmup + seconds``, with current event times, 1,000 devices and 1% anomalies; puts
     {alert_id: send time} of the anomalies sent after the warm-up on ``out`` (the first micro-batches of a query pay
@@ -138,7 +142,7 @@ def produce_steady(bootstrap: str, topic: str, rate: int, seconds: float, out, w
         event_us = int(now.timestamp() * 1_000_000) // 1000 * 1000
         stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
         for _ in range(due - n):
-            device = f"dev-{rng.integers(0, 1000):05d}"
+            device = f"dev-{rng.integers(0, STEADY_DEVICES):05d}"
             anomalous = rng.random() < 0.01
             freq = -float(rng.uniform(0.1, 20)) if anomalous else float(rng.normal(50, 10))
             producer.produce(

@@ -10,8 +10,8 @@ import pytest
 from support.oracle import pattern_matches
 
 from sensorcep.rules.catalog import VersionedRule
-from sensorcep.rules.model import RuleError, parse_rules
-from sensorcep.rules.sequential import advance, next_deadline_us
+from sensorcep.rules.model import Judged, RuleError, parse_rules
+from sensorcep.rules.sequential import advance, next_deadline_us, pattern_runs
 
 #: the letters of Flink's examples as readings of sensor_freq: a in [0, 10), b in [10, 20), c >= 90, d in [50, 60)
 LETTER = {"a": 5.0, "b": 15.0, "c": 95.0, "d": 55.0}
@@ -166,3 +166,45 @@ def test_a_patterns_alert_names_the_time_of_each_steps_events_by_the_rules_step_
     assert (ended.event_time_us, ended.detail) == (30_000_000, "step 1 at 1970-01-01T00:00:20.000Z")
     [rate] = fired({"id": "r", "kind": "rate", "field": "sensor_freq", "op": ">", "value": 1.0}, [(0, 1.0), (1, 9.0)])
     assert rate.detail == "", "the other kinds carry no detail"
+
+
+def test_a_trailing_not_ends_its_match_at_within_before_the_event_that_begins_the_next():
+    """An a, nothing for 10 s, then an a again at 12 s: the first match ends at 10 s (its alert comes before the
+    second a's), and the second a begins a match of its own that ends at 22 s."""
+    rule = pattern({"when": IS["a"]}, {"when": IS["b"], "not": True}, within="10 seconds")
+    assert alerts(rule, [(0, LETTER["a"]), (12, LETTER["a"])]) == [10, 22]
+    assert alerts(rule, [(0, LETTER["a"]), (4, LETTER["d"]), (12, LETTER["a"]), (15, LETTER["b"])]) == [10]
+
+
+def test_an_event_that_meets_no_step_leaves_the_partial_matches_and_drops_only_the_expired():
+    """The shortcut for an event that meets none of a pattern's conditions: the partial matches as they were, less
+    those whose within has passed; a partial match kept before the spans were is carried on with none."""
+    [parsed] = parse_rules({"rules": [pattern({"when": IS["a"]}, {"when": IS["c"]}, within="10 seconds")]})
+    nothing = Judged({"sensor_freq": LETTER["d"]})
+    runs = [[0, 1, False, 1_000_000, [[1_000_000, 1_000_000]]], [0, 1, False, 5_000_000, [[5_000_000, 5_000_000]]]]
+    assert pattern_runs(parsed, runs, 12_000_000, nothing) == (None, runs[1:])
+    assert pattern_runs(parsed, [[0, 1, False, 5_000_000]], 12_000_000, nothing) == (
+        None,
+        [[0, 1, False, 5_000_000, []]],
+    )
+    # and the same event through a rule whose memory holds both kinds gives what the long way gives
+    memory = {"p:1": [[0, 1, False, 5_000_000]]}
+    _, after = advance([VersionedRule(parsed, 1)], "dev", memory, [(12_000_000, LETTER["d"], None)], 12_000_000)
+    assert after == {"p:1": [[0, 1, False, 5_000_000, []]]}
+    assert memory == {"p:1": [[0, 1, False, 5_000_000]]}, "the caller's memory is left as it was"
+
+
+def test_alerts_come_in_the_order_of_their_events_and_for_one_event_in_the_order_of_the_rules():
+    """Each rule takes a device's events in a loop of its own; the alerts still come out as if each event had gone
+    through the rules in turn, and an absence the watermark proves comes after every event's alerts."""
+    rising = [{"id": f"rise_{i}", "kind": "rate", "field": "sensor_freq", "op": ">", "value": -i} for i in (0, 1)]
+    quiet = {"id": "quiet", "kind": "absence", "within": "5 seconds"}
+    parsed = parse_rules({"rules": [*rising, quiet]})
+    events = [(t * 1_000_000, float(t), None) for t in (3, 1, 2)]  # out of order: taken oldest first
+
+    def fired(rules) -> list[tuple[int, str]]:
+        got, _ = advance([VersionedRule(r, 1) for r in rules], "dev", {}, events, 100_000_000)
+        return [(f.event_time_us // 1_000_000, f.rule_id) for f in got]
+
+    assert fired(parsed) == [(2, "rise_0"), (2, "rise_1"), (3, "rise_0"), (3, "rise_1"), (8, "quiet")]
+    assert fired(parsed[::-1]) == [(2, "rise_1"), (2, "rise_0"), (3, "rise_1"), (3, "rise_0"), (8, "quiet")]

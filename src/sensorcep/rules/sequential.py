@@ -80,7 +80,8 @@ def advance(
 
     Each rule takes the events in one loop of its own (its constants worked out once per rule object,
     :func:`_constants`); the alerts come out in event order, and for one event in the order of ``rules``, as if each
-    event had gone through every rule in turn."""
+    event had gone through every rule in turn. The rules' (id, version) are distinct, as the catalog keeps them: each
+    names the rule's memory."""
     scoped = scoped or {}
     mine = [r for r in rules if applies(r, device_id, scoped)]
     memory = {k: v for k, v in memory.items() if k in {_key(r) for r in mine}}
@@ -96,7 +97,9 @@ def advance(
         return alert
 
     for index, r in enumerate(mine):
-        _RUNS[r.rule.kind](r.rule, _key(r), memory, ordered, judged, alerting(index, r))
+        run = _RUNS.get(r.rule.kind)  # a stateless or group rule has none: nothing to do here
+        if run is not None:
+            run(r.rule, _key(r), memory, ordered, judged, alerting(index, r))
     for index, r in enumerate(mine):
         key, alert = _key(r), functools.partial(alerting(index, r), len(ordered))  # after every event
         if r.rule.kind == "pattern" and memory.get(key):
