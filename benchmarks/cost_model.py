@@ -294,7 +294,7 @@ def report(costs: dict, fixed: dict, model: Model, args, soaks: dict) -> tuple[d
     for name, soak in soaks.items():
         rate, trigger = soak["rate (events/s)"], soak["trigger"]
         measured = next(v for k, v in soak.items() if k.startswith("steady cpu") and k.endswith("Spark (cores)"))
-        predicted = model.cores(rate, parse_duration(trigger))
+        predicted = replace(model, devices=STEADY_DEVICES).cores(rate, parse_duration(trigger))  # the soak's fleet
         print(f"  {name}: {rate:,} events/s at {trigger}: the model says {predicted:.2f} cores, the soak used "
               f"{measured:.2f} ({predicted / measured:.2f}x)")  # fmt: skip
         figures[f"{name}, {rate:,} events/s: predicted (cores)"] = predicted

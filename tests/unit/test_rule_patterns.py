@@ -177,21 +177,21 @@ def test_a_trailing_not_ends_its_match_at_within_before_the_event_that_begins_th
 
 
 def test_an_event_that_meets_no_step_leaves_the_partial_matches_and_drops_only_the_expired():
-    """The shortcut for an event that meets none of a pattern's conditions: the partial matches as they were, less
-    those whose within has passed; a partial match kept before the spans were is carried on with none."""
+    """The shortcut for an event that meets none of a pattern's conditions gives what the long way
+    (:func:`pattern_runs`) gives: the partial matches as they were, less those whose within has passed; a partial
+    match kept before the spans were is carried on with none; the caller's memory is left as it was."""
     [parsed] = parse_rules({"rules": [pattern({"when": IS["a"]}, {"when": IS["c"]}, within="10 seconds")]})
-    nothing = Judged({"sensor_freq": LETTER["d"]})
+    rules = [VersionedRule(parsed, 1)]
+    quiet = [(12_000_000, LETTER["d"], None)]
     runs = [[0, 1, False, 1_000_000, [[1_000_000, 1_000_000]]], [0, 1, False, 5_000_000, [[5_000_000, 5_000_000]]]]
-    assert pattern_runs(parsed, runs, 12_000_000, nothing) == (None, runs[1:])
-    assert pattern_runs(parsed, [[0, 1, False, 5_000_000]], 12_000_000, nothing) == (
-        None,
-        [[0, 1, False, 5_000_000, []]],
+    memory = {"p:1": runs}
+    _, after = advance(rules, "dev", memory, quiet, 12_000_000)
+    assert (
+        after == {"p:1": runs[1:]} == {"p:1": pattern_runs(parsed, runs, 12_000_000, Judged({"sensor_freq": 55.0}))[1]}
     )
-    # and the same event through a rule whose memory holds both kinds gives what the long way gives
-    memory = {"p:1": [[0, 1, False, 5_000_000]]}
-    _, after = advance([VersionedRule(parsed, 1)], "dev", memory, [(12_000_000, LETTER["d"], None)], 12_000_000)
+    assert memory == {"p:1": runs}, "the caller's memory is left as it was"
+    _, after = advance(rules, "dev", {"p:1": [[0, 1, False, 5_000_000]]}, quiet, 12_000_000)
     assert after == {"p:1": [[0, 1, False, 5_000_000, []]]}
-    assert memory == {"p:1": [[0, 1, False, 5_000_000]]}, "the caller's memory is left as it was"
 
 
 def test_alerts_come_in_the_order_of_their_events_and_for_one_event_in_the_order_of_the_rules():

@@ -251,9 +251,13 @@ def _run_aggregate(rule, key, memory, ordered, judged, alert) -> None:
 
 
 def _run_pattern(rule, key, memory, ordered, judged, alert) -> None:
+    """Each event through :func:`pattern_runs`, but for an event that meets none of the pattern's conditions: that one
+    changes no partial match, which are only dropped as ``within`` passes, so they stay as they are, less the expired
+    ones (as :func:`pattern_runs` leaves them: ordered, one per state; a partial match kept before the spans were goes
+    the long way, which adds them)."""
     _, _, trailing, within_us, every = _compiled(rule)
     runs = memory.get(key, [])
-    settled = all(len(run) > 4 for run in runs)  # partial matches as pattern_runs leaves them (it keeps them so)
+    settled = all(len(run) > 4 for run in runs)
     for at, (t_us, value, kafka_us, *_) in enumerate(ordered):
         event = judged[at]
         if trailing:
@@ -265,7 +269,7 @@ def _run_pattern(rule, key, memory, ordered, judged, alert) -> None:
             if event.meets(options):
                 break
         else:
-            if settled:  # an event that meets none of the pattern's conditions: pattern_runs' shortcut, inline
+            if settled:  # an event that meets none of the pattern's conditions
                 runs = memory[key] = [run for run in runs if t_us - run[3] <= within_us]
                 continue
         matched, runs = pattern_runs(rule, runs, t_us, event)
@@ -337,15 +341,9 @@ def pattern_runs(rule, runs: list[list], t_us: int, event: Judged) -> tuple[list
     the next step (not blocked); an event meeting the first step also begins a partial match. Partial matches in the
     same state that begin later can do whatever earlier ones can, for longer: only the latest is kept (a pattern ending
     in ``not``: one per first event, as the earliest one's within ends first). Of several matches completing at the
-    same event, the one that began first is reported.
-
-    An event that meets none of the pattern's conditions changes no partial match: they are only dropped as
-    ``within`` passes. Partial matches as this function leaves them are ordered and one per state, so for such an event
-    it returns them as they are, less the expired ones (a partial match kept before the spans were takes the long
-    way, which adds them)."""
-    positives, nots, trailing, within_us, every = _compiled(rule)
-    if not any(event.meets(options) for options in every) and all(len(run) > 4 for run in runs):
-        return None, [run for run in runs if t_us - run[3] <= within_us]
+    same event, the one that began first is reported. The partial matches it returns are ordered and one per state.
+    """
+    positives, nots, trailing, within_us, _ = _compiled(rule)
     last = len(positives) - 1
     nexts: list[list] = []
     completed: list[list] = []
