@@ -58,6 +58,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100_000, help="events per ingest micro-batch (bronze commit)")
     parser.add_argument("--rules", type=int, default=1, help="rules of each stateful kind (--set v1)")
     parser.add_argument("--set", choices=("v1", "v2"), default="v1", help="v2: 20 rules of rules v2's kinds")
+    parser.add_argument(
+        "--files",
+        type=int,
+        default=0,
+        help="bronze files per micro-batch of both queries (0: everything in one): a steady state of batches whose "
+        "watermark releases the events of the batches before",
+    )
     args = parser.parse_args()
 
     with scratch_run("rules", ("events", "alerts"), max_offsets_per_trigger=str(args.batch)) as settings:
@@ -68,14 +75,24 @@ def main() -> None:
         rules = stateful_rule_set(args.rules) if args.set == "v1" else new_kind_rule_set()
         catalog.apply_rules(spark, settings, rules)
         print(f"\n{events:,} bronze events from {args.devices:,} devices; {len(rules)} stateful rules", flush=True)
-        rules_s, rules_stats = timed("stateful rules", lambda: stateful_rules.start_stateful_rules(spark, settings))
-        sampling_s, sampling_stats = timed("sampling (02)", lambda: sampling.start_sampling(spark, settings))
+        fields = stateful_rules.extra_fields_read(stateful_rules.stateful_rules(spark, settings))
+        rules_s, rules_stats = timed(
+            "stateful rules",
+            lambda: stateful_rules.start_stateful_rules(
+                spark, settings, events=bronze(spark, settings, args.files, fields)
+            ),
+        )
+        sampling_s, sampling_stats = timed(
+            "sampling (02)",
+            lambda: sampling.start_sampling(spark, settings, events=bronze(spark, settings, args.files)),
+        )
         alerts = alerts_sent(settings)
         print(f"\nstateful rules : {events / rules_s:>10,.0f} events/s  ({alerts:,} alerts)")
         print(f"sampling (02)  : {events / sampling_s:>10,.0f} events/s")
         print(f"ratio rules / sampling: {sampling_s / rules_s:.2f}x")
         stop_session(spark)
     figures = {"rule set": args.set, "bronze events": events, "devices": args.devices, "stateful rules": len(rules)}
+    figures["bronze files per batch"] = args.files or "all"
     figures["alerts"] = alerts
     for name, seconds, stats in (("stateful rules", rules_s, rules_stats), ("sampling", sampling_s, sampling_stats)):
         figures[f"{name} (events/s)"] = events / seconds
@@ -84,6 +101,17 @@ def main() -> None:
         figures[f"{name} (batch p50 ms)"] = stats["p50_ms"]
         figures[f"{name} (batch max ms)"] = stats["max_ms"]
     record("stateful_rules", figures, baseline="sampling")
+
+
+def bronze(spark, settings, files: int, fields: list[str] | None = None):
+    """``bronze_events`` as the queries read it (:func:`ingest.bronze_event_stream`), ``files`` files a micro-batch
+    (Delta's ``maxFilesPerTrigger``; 0: the source's default)."""
+    if not files:
+        return ingest.bronze_event_stream(spark, settings, fields)
+    table = ingest.Tables(spark, settings)["bronze_events"]
+    reader = spark.readStream.format("delta").option("maxFilesPerTrigger", files)
+    stream = reader.table(table.identifier) if table.identifier else reader.load(table.location)
+    return stream.select(*ingest.EVENT_FIELDS, *(fields or []))
 
 
 def alerts_sent(settings) -> int:

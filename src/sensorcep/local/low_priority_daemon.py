@@ -4,12 +4,42 @@ On a laptop the real-time alert query's long-running tasks (JVM threads) share t
 queries' Python workers (the sampling and device-activity processors). Workers forked by this daemon run at
 ``nice`` +10 (``SENSORCEP_PYTHON_WORKER_NICE``), so a sampling batch takes the CPU the alerts leave idle instead of
 delaying them. On Databricks the always-on job runs the alert query on a cluster of its own instead.
+
+A worker calls ``importlib.invalidate_caches()`` at the start of every task (``pyspark.worker_util``), and on Python
+3.10 and 3.11 that re-reads the whole directory of every zip archive on the path (pyspark's ``pyspark.zip`` and py4j's:
+37 ms a task here, for each task of each Python query's every micro-batch). CPython 3.12 made that re-read lazy
+(python/cpython#103200, "zipimport.invalidate_caches() causes performance regression"); here, before any worker is
+forked, an archive's directory is read again only when the archive changed (its size or modification time), as a
+Python UDF's files added while the session runs do.
 """
 
+import importlib
 import os
+import zipimport
 
 from pyspark import daemon
 
+
+def reread_zips_only_when_changed() -> None:
+    """``zipimporter.invalidate_caches`` re-reads an archive's directory only when the archive changed (on 3.12+,
+    where the re-read is lazy, this changes nothing but a ``stat`` per archive)."""
+    invalidate, seen = zipimport.zipimporter.invalidate_caches, {}
+
+    def invalidate_caches(self) -> None:
+        try:
+            stat = os.stat(self.archive)
+            mark = (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            mark = None
+        if mark is None or seen.get(self.archive) != mark:
+            invalidate(self)
+            seen[self.archive] = mark
+
+    zipimport.zipimporter.invalidate_caches = invalidate_caches
+    importlib.invalidate_caches()  # read once here: the forked workers start with every archive seen
+
+
 if __name__ == "__main__":
     os.nice(int(os.environ.get("SENSORCEP_PYTHON_WORKER_NICE", "10")))
+    reread_zips_only_when_changed()
     daemon.manager()

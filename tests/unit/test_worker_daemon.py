@@ -1,0 +1,37 @@
+"""The local Python worker daemon's import caches (``sensorcep.local.low_priority_daemon``): a worker's
+``importlib.invalidate_caches()`` at each task reads a zip archive on the path again only when it changed."""
+
+import importlib
+import sys
+import zipfile
+import zipimport
+
+from sensorcep.local import low_priority_daemon
+
+
+def _zip(path, modules: dict[str, str]) -> None:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, source in modules.items():
+            archive.writestr(f"{name}.py", source)
+
+
+def test_a_zip_on_the_path_is_read_again_only_when_it_changed(tmp_path, monkeypatch):
+    monkeypatch.setattr(zipimport.zipimporter, "invalidate_caches", zipimport.zipimporter.invalidate_caches)  # undone
+    archive = tmp_path / "libs.zip"
+    _zip(archive, {"zipped_first": "VALUE = 1"})
+    monkeypatch.syspath_prepend(str(archive))
+    for name in ("zipped_first", "zipped_second"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert importlib.import_module("zipped_first").VALUE == 1
+    low_priority_daemon.reread_zips_only_when_changed()
+
+    reads = []
+    read_directory = zipimport._read_directory
+    monkeypatch.setattr(zipimport, "_read_directory", lambda path: reads.append(path) or read_directory(path))
+    importlib.invalidate_caches()  # what a worker does at every task: the archive is as it was, nothing is read
+    assert reads == []
+
+    _zip(archive, {"zipped_first": "VALUE = 1", "zipped_second": "VALUE = 2"})  # the archive changed: read again
+    importlib.invalidate_caches()
+    assert importlib.import_module("zipped_second").VALUE == 2
+    assert reads, "the changed archive's directory was read again"
