@@ -1,6 +1,7 @@
 """The local Python worker daemon's import caches (``sensorcep.local.low_priority_daemon``): a worker's
 ``importlib.invalidate_caches()`` at each task reads a zip archive on the path again only when it changed."""
 
+import gc
 import importlib
 import sys
 import zipfile
@@ -35,3 +36,20 @@ def test_a_zip_on_the_path_is_read_again_only_when_it_changed(tmp_path, monkeypa
     importlib.invalidate_caches()
     assert importlib.import_module("zipped_second").VALUE == 2
     assert reads, "the changed archive's directory was read again"
+
+
+def test_a_workers_collection_after_a_task_collects_its_garbage_and_freezes_what_survived():
+    class Cycle:
+        pass
+
+    collector = low_priority_daemon.CollectThenFreeze()
+    try:
+        kept, lost = Cycle(), Cycle()
+        kept.me, lost.me = kept, lost  # two reference cycles: one still held, one garbage
+        del lost
+        assert collector.collect() >= 1, "the garbage cycle was collected"
+        assert gc.is_tracked(kept) and gc.get_freeze_count() > 0
+        assert not any(o is kept for o in gc.get_objects()), "what survived is frozen: the next collection skips it"
+        assert collector.isenabled() == gc.isenabled()  # the rest of gc as it is
+    finally:
+        gc.unfreeze()

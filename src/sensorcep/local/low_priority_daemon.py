@@ -11,8 +11,15 @@ A worker calls ``importlib.invalidate_caches()`` at the start of every task (``p
 (python/cpython#103200, "zipimport.invalidate_caches() causes performance regression"); here, before any worker is
 forked, an archive's directory is read again only when the archive changed (its size or modification time), as a
 Python UDF's files added while the session runs do.
+
+A reused worker also runs a full ``gc.collect()`` after every task (``pyspark.daemon``), which walks every object the
+worker holds: pyspark's, pandas' and pyarrow's modules included (24-35 ms here, about 90,000 objects). Here that
+collection is followed by ``gc.freeze()``: what survived it (the modules a task imported, caches) is not walked again,
+and the next task's collection walks only what the tasks since made. Garbage is still collected after each task; what
+a task left alive is freed by its reference count when it goes, as any Python object is.
 """
 
+import gc
 import importlib
 import os
 import zipimport
@@ -39,7 +46,21 @@ def reread_zips_only_when_changed() -> None:
     importlib.invalidate_caches()  # read once here: the forked workers start with every archive seen
 
 
+class CollectThenFreeze:
+    """``pyspark.daemon``'s ``gc``: its ``collect()`` (a reused worker's, after each task) collects, then freezes what
+    survived (``gc.freeze``), so the next one walks only the objects made since."""
+
+    def collect(self, generation: int = 2) -> int:
+        found = gc.collect(generation)
+        gc.freeze()
+        return found
+
+    def __getattr__(self, name: str):
+        return getattr(gc, name)
+
+
 if __name__ == "__main__":
     os.nice(int(os.environ.get("SENSORCEP_PYTHON_WORKER_NICE", "10")))
     reread_zips_only_when_changed()
+    daemon.gc = CollectThenFreeze()
     daemon.manager()
