@@ -9,8 +9,9 @@ while the ingest, sampling, device-activity, alert and anomalies-record queries 
 application (their FAIR pools; ``--alerts-trigger`` for alerts, ``--trigger`` for the others). Every minute it
 prints, per query: input rate vs processing rate over that minute (offsets produced / processed per second of wall
 clock, so a query that cannot keep up shows a lower number), p95 batch time, state rows, and how far behind the
-topic's end the query is (lag, in events and in seconds of input); plus the live JVM heap and the CPU cores each
-part uses. At the end: whether state rows and the live heap stayed flat (windows are freed) and every query kept up
+topic's end the query is (lag, in events and in seconds of input); plus the live JVM heap, the Python workers' own
+memory and the CPU cores each part uses. At the end: whether state rows, the live heap and the workers' memory stayed
+flat (windows are freed, nothing piles up in a reused worker) and every query kept up
 (its lag did not grow from the first half to the second). After the producer stops: how long each query takes to
 process the whole topic. The run's topics are deleted at the end.
 
@@ -26,6 +27,7 @@ import statistics
 import time
 from datetime import datetime
 
+import psutil
 from harness import (
     SPARK_PARTS,
     CpuMeter,
@@ -180,7 +182,8 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
         f"{'min':>3} {'query':16} {'batches':>7} {'in/s':>7} {'processed/s':>11} {'p95 ms':>7} {'state rows':>10} "
         f"{'lag events':>10} {'lag s':>6} {'live heap MB':>12}"
     )
-    rows, heaps, cores, started, produced_before, done = [], [], [], time.monotonic(), 0, {}
+    rows, heaps, worker_memory, cores = [], [], [], []
+    started, produced_before, done = time.monotonic(), 0, {}
     for minute in range(1, args.minutes + 1):
         since = datetime.now().astimezone()
         time.sleep(max(0.0, started + minute * 60 - time.monotonic()))
@@ -189,6 +192,8 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
         ends.update({name: bronze_rows(spark, settings) for name in by_rows})
         used = live_heap_mb(jvm)
         heaps.append(used)
+        workers = workers_mb(cpu)
+        worker_memory.append(workers)
         for query in queries:
             if query.exception() is not None:
                 raise SystemExit(f"query {query.name} failed: {query.exception()}")
@@ -199,6 +204,7 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
             done[query.name] = row["processed_end"]
             row["input_per_s"] = (end - produced_before) / 60
             row["live_heap_mb"] = used
+            row["python_workers_mb"] = workers
             rows.append(row)
             print(
                 f"{minute:>3} {row['query']:16} {row['batches']:>7} {row['input_per_s']:>7,.0f} "
@@ -222,6 +228,7 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
     figures["alerts trigger"] = args.alerts_trigger
     figures["rules"] = args.rules
     figures.update(verdict(rows, heaps, live_heap_mb(jvm), args))
+    figures.update(workers_verdict(worker_memory, args))
     mean = {group: statistics.mean(c[group] for c in cores) for group in cores[0]}
     steady = cores[2:] or cores  # minutes 1-2 are warm-up, as for the verdict
     figures[f"steady cpu, minutes 3-{args.minutes}: Spark (cores)"] = statistics.mean(
@@ -287,6 +294,36 @@ def live_heap_mb(jvm, readings: int = 3) -> float:
         jvm.java.lang.System.gc()
         used.append((runtime.totalMemory() - runtime.freeMemory()) / 2**20)
     return min(used)
+
+
+def workers_mb(cpu: CpuMeter) -> float:
+    """The memory of the Spark JVM's Python workers, each process's own pages (USS: not those a forked worker still
+    shares with its daemon), in MB."""
+    total = 0
+    for process in cpu.parts()["python workers"]:
+        try:
+            total += process.memory_full_info().uss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total / 2**20
+
+
+def workers_verdict(memory: list[float], args) -> dict:
+    """The Python workers' memory, second half vs first (as :func:`verdict` judges the heap): it must not grow."""
+    half = max(3, (args.minutes + 2) // 2)
+    early, late = memory[2:half], memory[half:]
+    if not early or not late:
+        return {}
+    flat = statistics.median(late) <= 1.5 * max(early)
+    print(
+        f"  python workers' memory: max {max(early):,.0f} MB in minutes 3-{half}, then median "
+        f"{statistics.median(late):,.0f} MB (max {max(late):,.0f}): {'flat' if flat else 'GROWING'}"
+    )
+    return {
+        f"python workers max, minutes 3-{half} (MB)": max(early),
+        f"python workers median, minutes {half + 1}-{args.minutes} (MB)": statistics.median(late),
+        "python workers' memory flat": flat,
+    }
 
 
 def verdict(rows: list[dict], heaps: list[float], idle_heap: float, args) -> dict:
