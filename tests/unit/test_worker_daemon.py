@@ -13,17 +13,19 @@ from sensorcep.local import low_priority_daemon
 def _zip(path, modules: dict[str, str]) -> None:
     with zipfile.ZipFile(path, "w") as archive:
         for name, source in modules.items():
-            archive.writestr(f"{name}.py", source)
+            archive.writestr(f"{name.replace('.', '/')}.py", source)
 
 
 def test_a_zip_on_the_path_is_read_again_only_when_it_changed(tmp_path, monkeypatch):
     monkeypatch.setattr(zipimport.zipimporter, "invalidate_caches", zipimport.zipimporter.invalidate_caches)  # undone
     archive = tmp_path / "libs.zip"
-    _zip(archive, {"zipped_first": "VALUE = 1"})
+    before = {"zipped_first": "VALUE = 1", "zipped_pkg.__init__": "", "zipped_pkg.first": "VALUE = 0"}
+    _zip(archive, before)
     monkeypatch.syspath_prepend(str(archive))
-    for name in ("zipped_first", "zipped_second"):
+    for name in ("zipped_first", "zipped_second", "zipped_pkg", "zipped_pkg.first", "zipped_pkg.inner"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     assert importlib.import_module("zipped_first").VALUE == 1
+    importlib.import_module("zipped_pkg.first")  # a second importer: the package's folder inside the archive
     low_priority_daemon.reread_zips_only_when_changed()
 
     reads = []
@@ -32,9 +34,11 @@ def test_a_zip_on_the_path_is_read_again_only_when_it_changed(tmp_path, monkeypa
     importlib.invalidate_caches()  # what a worker does at every task: the archive is as it was, nothing is read
     assert reads == []
 
-    _zip(archive, {"zipped_first": "VALUE = 1", "zipped_second": "VALUE = 2"})  # the archive changed: read again
+    # the archive changed: each of its importers reads it again
+    _zip(archive, {**before, "zipped_second": "VALUE = 2", "zipped_pkg.inner": "VALUE = 3"})
     importlib.invalidate_caches()
     assert importlib.import_module("zipped_second").VALUE == 2
+    assert importlib.import_module("zipped_pkg.inner").VALUE == 3
     assert reads, "the changed archive's directory was read again"
 
 

@@ -38,9 +38,10 @@ def reread_zips_only_when_changed() -> None:
             mark = (stat.st_mtime_ns, stat.st_size)
         except OSError:
             mark = None
-        if mark is None or seen.get(self.archive) != mark:
+        key = (self.archive, self.prefix)  # one importer per folder of an archive, each with its own listing
+        if mark is None or seen.get(key) != mark:
             invalidate(self)
-            seen[self.archive] = mark
+            seen[key] = mark
 
     zipimport.zipimporter.invalidate_caches = invalidate_caches
     importlib.invalidate_caches()  # read once here: the forked workers start with every archive seen
