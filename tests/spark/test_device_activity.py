@@ -16,7 +16,7 @@ BATCHES = [
         ("b", 1.0, 0),
     ),  # b then stays silent
     events(
-        ("a", 1.0, 10),  # a duplicate: counts once
+        ("a", 1.0, 20),  # out of order (after 400) but not late (the late-row mark is still 0): no change
         ("c", 1.0, 100),
         ("c", 1.0, 700),
     ),  # final watermark 670: b's timer (300) fires, a's (700) not

@@ -7,7 +7,15 @@ import os
 import pytest
 
 from sensorcep.pipeline import checkpoint_settings, registry
-from sensorcep.pipeline.checkpoint_settings import FIXED, FORMAT, GOES_ON, RECORD, SettingsChangedError, check
+from sensorcep.pipeline.checkpoint_settings import (
+    FIXED,
+    FORMAT,
+    GOES_ON,
+    RECORD,
+    SettingsChangedError,
+    check,
+    format_of,
+)
 from sensorcep.settings import Settings
 
 #: another valid value for each fixed setting
@@ -95,6 +103,23 @@ def test_a_checkpoint_of_another_format_is_refused_and_one_from_before_records_i
     check(settings.replace(window_duration="2 minutes"), "q", tuple(FIXED))
     with pytest.raises(SettingsChangedError, match="window_duration was 120 s"):
         check(settings, "q", tuple(FIXED))
+
+
+@pytest.mark.parametrize("query", ["device_activity", "stateful_rules"])
+def test_a_query_whose_state_changed_refuses_a_checkpoint_of_the_format_before_and_says_what_changed(settings, query):
+    """The two queries dropped their deduplication (decision 0037): Spark would read its state as theirs."""
+    fixed = registry.query(query).fixed_settings
+    _started(settings, query)
+    record = f"{settings.checkpoint_path(query)}/{RECORD}"
+    with open(record) as handle:
+        saved = json.load(handle)
+    assert saved["format"] == format_of(query) == 2 and format_of("sampling") == FORMAT == 1
+    check(settings, query, fixed)  # its own format: goes on
+    with open(record, "w") as handle:
+        json.dump({**saved, "format": 1}, handle)  # a checkpoint the version before this one made
+    refused = r"format 1, .* writes format 2 \(.*no deduplication state.*query_suffix"
+    with pytest.raises(SettingsChangedError, match=refused):
+        check(settings, query, fixed)
 
 
 def test_a_new_checkpoint_records_whatever_the_settings_are(settings):

@@ -8,9 +8,10 @@ values in the checkpoint (:data:`RECORD`, beside Spark's own files) and every la
 (:func:`check`): a change is refused with :class:`SettingsChangedError`, naming the setting, both values and the two
 ways on. Every other change goes on (:data:`GOES_ON` says why each of the usual ones is safe).
 
-The record also names this package's checkpoint :data:`FORMAT`; a checkpoint of another format is refused the same
-way. A checkpoint made before records existed is adopted (its values are recorded as they are now). The record is
-read and written as a file: local paths and Unity Catalog volumes (``/Volumes/...``); elsewhere there is no check.
+The record also names the query's checkpoint format (:func:`format_of`); a checkpoint of another format is refused the
+same way, saying what changed. A checkpoint made before records existed is adopted (its values are recorded as they
+are now). The record is read and written as a file: local paths and Unity Catalog volumes (``/Volumes/...``);
+elsewhere there is no check.
 """
 
 from __future__ import annotations
@@ -25,8 +26,14 @@ from sensorcep.settings import Settings, parse_duration
 
 log = logging.getLogger(__name__)
 
-#: the checkpoint format this version writes: raise it when a query's state or output changes incompatibly
+#: the checkpoint format this version writes for a query not in :data:`FORMATS`
 FORMAT = 1
+#: queries whose state changed incompatibly since format 1: the format this version writes, and what changed (raise a
+#: query's format when its operators or their state change: Spark would read the old state into the new operators)
+FORMATS = {
+    "device_activity": (2, "format 2 keeps no deduplication state: bronze holds each event once (decision 0037)"),
+    "stateful_rules": (2, "format 2 keeps no deduplication state: bronze holds each event once (decision 0037)"),
+}
 #: the record's file name inside the checkpoint folder (Spark ignores files it does not know)
 RECORD = "sensorcep-settings.json"
 
@@ -80,13 +87,14 @@ def check(settings: Settings, query: str, fixed: tuple[str, ...]) -> None:
     if not planned or recorded is None:
         if recorded is None and planned:
             log.warning("query %s: its checkpoint has no settings record (made before records): adopted", query)
-        _write(path, now)
+        _write(path, query, now)
         return
     name = settings.query_name(query)
-    if recorded.get("format") != FORMAT:
+    if recorded.get("format") != format_of(query):
+        what = FORMATS[query][1] if query in FORMATS else "its state is not what this version's operators read"
         raise SettingsChangedError(
             f"query {name}: its checkpoint has format {recorded.get('format')}, this version of sensor-cep writes "
-            f"format {FORMAT}; {_ways_on(settings, query)}"
+            f"format {format_of(query)} ({what}); {_ways_on(settings, query)}"
         )
     before = recorded.get("settings", {})
     for setting, value in now.items():
@@ -97,7 +105,12 @@ def check(settings: Settings, query: str, fixed: tuple[str, ...]) -> None:
                 f"and {why}. Set {setting} back, or {_ways_on(settings, query)}"
             )
     if any(setting not in before for setting in now):  # a setting the query was bound to later: recorded now
-        _write(path, {**before, **now})
+        _write(path, query, {**before, **now})
+
+
+def format_of(query: str) -> int:
+    """The checkpoint format this version writes for ``query``."""
+    return FORMATS[query][0] if query in FORMATS else FORMAT
 
 
 def _ways_on(settings: Settings, query: str) -> str:
@@ -115,7 +128,7 @@ def _read(path: str) -> dict | None:
         return None
 
 
-def _write(path: str, values: dict[str, str]) -> None:
+def _write(path: str, query: str, values: dict[str, str]) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as handle:
-        json.dump({"format": FORMAT, "settings": values}, handle, indent=1, sort_keys=True)
+        json.dump({"format": format_of(query), "settings": values}, handle, indent=1, sort_keys=True)

@@ -104,7 +104,8 @@ class DeviceActivity(StatefulProcessor):
 
 
 def status_stream(events: DataFrame, settings: Settings, *, keep_late: bool = False) -> DataFrame:
-    """Parsed valid events -> ``device_status`` rows (status changes). Duplicates count once.
+    """Parsed valid events, each (device, event time) once as bronze holds them -> ``device_status`` rows (status
+    changes). Events behind the watermark are dropped by Spark's late-row filter (and kept with ``keep_late``).
 
     ``keep_late``: the stream also carries the input rows, for :func:`lateness.late_event_writer`.
     """
@@ -112,8 +113,7 @@ def status_stream(events: DataFrame, settings: Settings, *, keep_late: bool = Fa
     timeout_ms = int(parse_duration(settings.device_timeout) * 1000)
     timed = events.withWatermark("event_time", settings.interval("watermark_delay"))
     changes = (
-        timed.dropDuplicatesWithinWatermark(["device_id", "event_time"])
-        .select("device_id", "event_time", F.unix_millis("event_time").alias("event_time_ms"))
+        timed.select("device_id", "event_time", F.unix_millis("event_time").alias("event_time_ms"))
         .groupBy("device_id")
         .transformWithStateInPandas(
             statefulProcessor=DeviceActivity(timeout_ms),

@@ -126,18 +126,21 @@ def rule_alert_stream(
     keep_late: bool = False,
     baselines: bool = False,
 ) -> DataFrame:
-    """Valid events (device_id, sensor_freq, event_time, kafka_timestamp) -> alerts (the alert fields).
+    """Valid events (device_id, sensor_freq, event_time, kafka_timestamp), each (device, event time) once as bronze
+    holds them -> alerts (the alert fields). Events behind the watermark are dropped by Spark's late-row filter (and
+    kept with ``keep_late``).
 
     ``baselines``: also the baseline rows (``row_kind`` says which; the alert fields plus events, mean, spread)."""
     require(TRANSFORM_WITH_STATE, events.sparkSession)
     timed = events.withWatermark("event_time", settings.interval("watermark_delay"))
-    # Spark's Python transformWithState passes rows behind the watermark on (numRowsDroppedByWatermark stays 0), so
-    # the late rows are dropped by the deduplication in front of it, which applies Spark's late-row filter (bronze holds
-    # each (device, event time) once: it drops nothing else, and its state lives only as long as the watermark delay)
+    # the watermarked event_time goes in with the processor's columns: transformWithState applies Spark's late-row
+    # filter only to an input that carries it (without it, late rows reached the processor). No deduplication in front:
+    # bronze holds each (device, event time) once, and keeping every event's key for the watermark delay was the
+    # query's largest state (decision 0037)
     fired = (
-        timed.dropDuplicates(["device_id", "event_time"])
-        .select(
+        timed.select(
             "device_id",
+            "event_time",
             "sensor_freq",
             F.unix_micros("event_time").alias("event_time_us"),
             F.unix_micros("kafka_timestamp").alias("kafka_timestamp_us"),
