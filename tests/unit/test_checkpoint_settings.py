@@ -117,7 +117,7 @@ def test_a_query_whose_state_changed_refuses_a_checkpoint_of_the_format_before_a
     check(settings, query, fixed)  # its own format: goes on
     with open(record, "w") as handle:
         json.dump({**saved, "format": 1}, handle)  # a checkpoint the version before this one made
-    refused = r"format 1, .* writes format 2 \(.*no deduplication state.*query_suffix"
+    refused = r"format 1, .* writes format 2: its state no longer holds a deduplication .*; .*query_suffix"
     with pytest.raises(SettingsChangedError, match=refused):
         check(settings, query, fixed)
 

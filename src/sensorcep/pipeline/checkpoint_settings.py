@@ -31,8 +31,8 @@ FORMAT = 1
 #: queries whose state changed incompatibly since format 1: the format this version writes, and what changed (raise a
 #: query's format when its operators or their state change: Spark would read the old state into the new operators)
 FORMATS = {
-    "device_activity": (2, "format 2 keeps no deduplication state: bronze holds each event once (decision 0037)"),
-    "stateful_rules": (2, "format 2 keeps no deduplication state: bronze holds each event once (decision 0037)"),
+    "device_activity": (2, "its state no longer holds a deduplication of events, which bronze does (decision 0037)"),
+    "stateful_rules": (2, "its state no longer holds a deduplication of events, which bronze does (decision 0037)"),
 }
 #: the record's file name inside the checkpoint folder (Spark ignores files it does not know)
 RECORD = "sensorcep-settings.json"
@@ -94,7 +94,7 @@ def check(settings: Settings, query: str, fixed: tuple[str, ...]) -> None:
         what = FORMATS[query][1] if query in FORMATS else "its state is not what this version's operators read"
         raise SettingsChangedError(
             f"query {name}: its checkpoint has format {recorded.get('format')}, this version of sensor-cep writes "
-            f"format {format_of(query)} ({what}); {_ways_on(settings, query)}"
+            f"format {format_of(query)}: {what}; {_ways_on(settings, query)}"
         )
     before = recorded.get("settings", {})
     for setting, value in now.items():
