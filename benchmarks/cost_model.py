@@ -4,7 +4,7 @@ from both how many cores a fleet's rate needs.
     make broker-up
     .venv/bin/python benchmarks/cost_model.py                      # 2 x 300,000 events, ~10 minutes
     .venv/bin/python benchmarks/cost_model.py --events 100000 --idle-seconds 60   # a quicker look
-    .venv/bin/python benchmarks/cost_model.py --soaks soak_500,soak_2000          # and the model against two soaks
+    .venv/bin/python benchmarks/cost_model.py --soaks soak_500,soak_2000,soak_10000   # and the model against soaks
 
 CPU is measured, not inferred from wall time: the CPU seconds (user + system, psutil) of the Spark JVM, its Python
 workers and this driver process, read around each step. Nothing else may run (the broker and a trickle producer
