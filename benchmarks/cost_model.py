@@ -238,12 +238,22 @@ def always_on(spark, settings, args, clock: CpuMeter, label: str, rate: int) -> 
         return per_batch(spark, scratch, args, clock, rate)
 
 
+#: a soak whose processes used this share of the machine's cores or more had none to spare: its heaviest queries'
+#: batches stretch past the trigger and pay fewer rounds, so it used fewer cores than keeping every trigger needs
+SATURATED = 0.9
+
+
 def soak_figures(name: str) -> dict:
-    """A soak's recorded figures (``benchmarks/results/<name>.json``, ``soak.py --suffix``); a clear stop if none."""
+    """A soak's recorded figures (``benchmarks/results/<name>.json``, ``soak.py --suffix``), with ``cores`` (the
+    machine's) and ``used`` (the cores its Spark, driver, producer and broker used); a clear stop if none."""
     path = results_folder() / f"{name}.json"
     if not path.exists():
         raise SystemExit(f"--soaks {name}: {path} does not exist; run benchmarks/soak.py --suffix {name[4:]} first")
-    return json.loads(path.read_text())["figures"]
+    result = json.loads(path.read_text())
+    figures = result["figures"]
+    spark = next(v for k, v in figures.items() if k.startswith("steady cpu") and k.endswith("Spark (cores)"))
+    others = sum(figures.get(f"mean cpu: {part} (cores)", 0) for part in ("driver", "producer", "broker"))
+    return {**figures, "cores": result["machine"]["cores"], "used": spark + others}
 
 
 def report(costs: dict, fixed: dict, model: Model, args, soaks: dict) -> tuple[dict, list[dict]]:
@@ -295,11 +305,15 @@ def report(costs: dict, fixed: dict, model: Model, args, soaks: dict) -> tuple[d
         rate, trigger = soak["rate (events/s)"], soak["trigger"]
         measured = next(v for k, v in soak.items() if k.startswith("steady cpu") and k.endswith("Spark (cores)"))
         predicted = replace(model, devices=STEADY_DEVICES).cores(rate, parse_duration(trigger))  # the soak's fleet
+        saturated = soak["used"] >= SATURATED * soak["cores"]
         print(f"  {name}: {rate:,} events/s at {trigger}: the model says {predicted:.2f} cores, the soak used "
-              f"{measured:.2f} ({predicted / measured:.2f}x)")  # fmt: skip
+              f"{measured:.2f} ({predicted / measured:.2f}x)"
+              + (f"; saturated: the soak's processes used {soak['used']:.2f} of {soak['cores']} cores, its batches "
+                 "stretched past the trigger: not a check of the model" if saturated else ""))  # fmt: skip
         figures[f"{name}, {rate:,} events/s: predicted (cores)"] = predicted
         figures[f"{name}, {rate:,} events/s: measured (cores)"] = measured
         figures[f"{name}, {rate:,} events/s: predicted / measured (x)"] = predicted / measured
+        figures[f"{name}, {rate:,} events/s: saturated (the machine's cores all used)"] = saturated
     return figures, table
 
 

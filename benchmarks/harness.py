@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -283,13 +283,20 @@ def source_offsets(value) -> dict:
 
 
 # ------------------------------------------------------------------------------ progress and batch statistics
-def progress(query: StreamingQuery, since: datetime | None = None) -> list[dict]:
+def progress(query: StreamingQuery, since: datetime | None = None, ended: bool = False) -> list[dict]:
     """A query's recent progress reports (Spark keeps the last 100) as plain dicts, from their JSON; ``since``: only
-    those that started at or after that moment (an aware datetime)."""
+    those that started at or after that moment (an aware datetime); ``ended``: those that ended at or after it (a
+    minute's batches: one that started in the minute before and ran past its end is reported, and counted, once it
+    ends)."""
     reports = [json.loads(p.json) for p in query.recentProgress]
     if since is None:
         return reports
-    return [p for p in reports if datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")) >= since]
+
+    def moment(p: dict) -> datetime:
+        started = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00"))
+        return started + timedelta(milliseconds=p.get("batchDuration", 0)) if ended else started
+
+    return [p for p in reports if moment(p) >= since]
 
 
 def input_batches(query: StreamingQuery | None) -> list[dict]:

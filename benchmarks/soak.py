@@ -81,7 +81,7 @@ def minute_row(
     """One query's minute: rates from offsets (exact; ``by_rows``: from rows read, for a query reading bronze, whose
     ``end_offset`` is then bronze's row count), batch times and state from its progress events."""
     batches = progress(query)
-    recent = progress(query, since)
+    recent = progress(query, since, ended=True)  # a batch longer than the minute is counted in the minute it ends
     durations = [p["batchDuration"] for p in recent if p["numInputRows"] > 0]
     last = batches[-1] if batches else None
     state = sum(o.get("numRowsTotal", 0) for o in (last or {}).get("stateOperators", [])) if last else 0

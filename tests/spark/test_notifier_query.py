@@ -22,6 +22,7 @@ from sensorcep.routes import catalog as routes_catalog
 from sensorcep.routes import silences
 from sensorcep.routes.model import load_routes
 from sensorcep.routes.planning import Incident
+from sensorcep.rules import catalog as rules_catalog
 from sensorcep.schemas import BY_NAME
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=timezone.utc)
@@ -244,6 +245,28 @@ def test_published_routes_are_versions_the_notifier_sends_by_and_a_group_of_a_re
         gone = ledger[ledger.receiver == "team"].set_index("status")
         assert sorted(gone.index) == ["dead_letter", "delivered"]
         assert list(gone.loc["dead_letter"].attempts) == ["receiver team is not in the routes in force (version 2)"]
+
+
+def test_a_pass_reads_the_routes_once_and_a_version_published_in_it_is_what_it_reads_next(
+    spark, settings, tmp_path, monkeypatch
+):
+    """The always-on job starts and refreshes the notifier inside ``one_read()``: the seed check, the fingerprint and
+    the routes it sends by take one read of ``routes`` (four before, each a Delta snapshot and a Spark job)."""
+    reads, read = [], Tables.read
+    monkeypatch.setattr(
+        Tables, "read", lambda self, name, version=None: reads.append(name) or read(self, name, version)
+    )
+    with _routed(settings, tmp_path, monkeypatch, ROUTES_V1) as (receiver, settings):
+        (tmp_path / "v2.yaml").write_text(ROUTES_V2.format(url=receiver.url))
+        with rules_catalog.one_read():
+            assert routes_catalog.fingerprint(spark, settings) == 1, "routes_file seeds version 1"
+            assert routes_catalog.routes_in_force(spark, settings)[0] == 1
+            assert reads.count("routes") == 1, reads
+            assert routes_catalog.publish(spark, settings, load_routes(tmp_path / "v2.yaml"), "ann", "v2.yaml") == 2
+            assert routes_catalog.fingerprint(spark, settings) == 2, "the version just published"
+            assert reads.count("routes") == 2, reads
+        routes_catalog.fingerprint(spark, settings)
+        assert reads.count("routes") == 4, "outside a pass, each call reads the table as it is now"
 
 
 class _Killed(BaseException):

@@ -97,15 +97,13 @@ WRITES = [
 CHECKPOINTED = ["ingest", "sampling", "device_activity", "stateful_rules", "anomalies", "alert_lifecycle"]
 STATEFUL = ["sampling", "device_activity", "stateful_rules", "alert_lifecycle"]
 POINT_KINDS = ("before", "after", "offset_log", "commit_log", "state_commit", "delta_checkpoint", *IN_WRITE, "delivery")
-#: what the suite's run visits: one point of every kind, on a seeded target, at its first non-empty commit (each run of
-#: the job costs minutes on 2 cores); the nightly chain draws from every point, K up to 12 (past a Delta checkpoint)
+#: what the suite's run visits besides the Delta write of every table before and after its commit
+#: (:func:`suite_points`): inside the write of an offset and a commit log entry, of a Delta commit file and of a
+#: Delta checkpoint, as a state store version lands, and as the notifier's message has reached its receiver, each on a
+#: seeded target at its first non-empty commit of the run (a run costs 10-20 s on 2 cores). The points as a file
+#: lands (``offset_log``, ``commit_log``, ``delta_checkpoint``) and K up to 12 are the nightly chain's
 SUITE = {
-    "before": [("ingest", "bronze_events"), ("anomalies", "anomalies")],
-    "after": [("sampling", "sensor_samples")],
-    "offset_log": ["ingest"],
-    "commit_log": ["sampling"],
     "state_commit": ["alert_lifecycle"],
-    "delta_checkpoint": ["bronze_events"],
     "in_delta_commit": ["bronze_events", "sensor_samples"],
     "in_delta_checkpoint": ["bronze_events"],
     "in_offset_log": ["ingest"],
@@ -148,6 +146,16 @@ ALONE = "alerts"
 #: the tasks a query's new input comes from, besides its own: sampling_state reads bronze (ingest writes it),
 #: alert_records the alerts topic (the alerts task writes it)
 UPSTREAM = {"ingest": (), "sampling_state": ("ingest",), "alerts": (), "alert_records": ("alerts",)}
+#: the queries whose output a query reads (a point's run starts them with it): the bronze readers read what ingest
+#: writes, the alert readers what the alert query sends, the notifier the lifecycle's ``alert_events``
+FEEDERS = {
+    "sampling": ("ingest",),
+    "device_activity": ("ingest",),
+    "stateful_rules": ("ingest",),
+    "anomalies": ("alerts",),
+    "alert_lifecycle": ("alerts",),
+    "notifier": ("alerts", "alert_lifecycle"),
+}
 #: how long a run may take to reach its kill point (or what another action waits for); a point not reached fails the
 #: test. Alone on 2 cores a run reaches its point in 31-54 s; ``make test`` runs the fault test beside the suite's
 #: other worker, which can double that
@@ -167,16 +175,16 @@ def _point(kind: str, target, k: int) -> str:
     return f"{kind}:{':'.join(target)}:{k}" if isinstance(target, tuple) else f"{kind}:{target}:{k}"
 
 
-def tasks_for(point: str) -> list[str]:
-    """The always-on tasks a run needs to reach ``point``: the task of the query it names (or of the query that
-    writes the table it names) and the task that feeds it."""
+def queries_for(point: str) -> list[str]:
+    """The queries a run needs to reach ``point``: the query it names (or the query that writes the table it names)
+    and the queries that feed it (:data:`FEEDERS`), in pipeline order."""
     from sensorcep.pipeline import registry
 
     kind, name = point.split(":")[:2]
     by_table = kind == "delta_checkpoint" or kind in IN_TABLE
     query = next(q for q, table in WRITES if table == name) if by_table else name
-    task = registry.query(query).task
-    return [*UPSTREAM[task], task]
+    needed = {query, *FEEDERS.get(query, ())}
+    return [q for q in registry.registry() if q in needed]
 
 
 def _renamed_before_the_kill(point: str, lines: list[str]) -> str:
@@ -191,14 +199,29 @@ def _renamed_before_the_kill(point: str, lines: list[str]) -> str:
     return f"the kill came after {temporary.name} was renamed to {final.name}"
 
 
+def suite_points(rng: random.Random) -> list[str]:
+    """The kill points the suite's run visits: every table's Delta append or MERGE, before and after its commit (a
+    table several queries write, ``late_events``: by one of them, seeded), and :data:`SUITE`; each at K = 1."""
+    writers: dict[str, list[str]] = {}
+    for query, table in WRITES:
+        writers.setdefault(table, []).append(query)
+    points = [
+        _point(kind, (rng.choice(queries), table), 1)
+        for kind in ("before", "after")
+        for table, queries in writers.items()
+    ]
+    return points + [_point(kind, rng.choice(targets), 1) for kind, targets in SUITE.items()]
+
+
 def suite_plan(seed: int) -> list[Action]:
-    """The suite's run: every point kind once (its target seeded, K = 1), the Kafka sink and the broker killed once,
-    one reset of a downstream checkpoint, one stop of the real-time query and one second writer, in a seeded order."""
+    """The suite's run: every point of :func:`suite_points` once, the Kafka sink and the broker killed once, one reset
+    of a downstream checkpoint, one stop of the real-time query and one second writer, in a seeded order."""
     rng = random.Random(seed)
-    actions = [Action("point", _point(kind, rng.choice(targets), 1)) for kind, targets in SUITE.items()]
+    actions = [Action("point", point) for point in suite_points(rng)]
     rng.shuffle(actions)
-    # late in the plan: the query has late rows of its own by then, which the reset must also name
-    actions.insert(rng.randrange(len(actions) // 2, len(actions)), Action("reset", RESET))
+    # right after the query's first commit of its output: its tables hold rows, which the refusal must name
+    wrote = next(i for i, a in enumerate(actions) if a.arg == _point("after", (RESET, "sensor_samples"), 1))
+    actions.insert(wrote + 1, Action("reset", RESET))
     # the sink kill ends a run; the next holds the actions that do not end it, and then drains
     return actions + [Action("sink"), Action("stop_alerts", "1"), Action("second_writer"), Action("broker")]
 
@@ -410,8 +433,19 @@ class FleetProducer(threading.Thread):
 class Driver:
     """One run of the always-on job in its own process group; its stdout lines are read as they come."""
 
-    def __init__(self, params: dict, point: str | None, log: Callable[[str], None], only: list[str] | None = None):
-        given = {**params, **({"only": ",".join(only)} if only else {})}
+    def __init__(
+        self,
+        params: dict,
+        point: str | None,
+        log: Callable[[str], None],
+        only: list[str] | None = None,
+        queries: list[str] | None = None,
+    ):
+        given = {
+            **params,
+            **({"only": ",".join(only)} if only else {}),
+            **({"queries": ",".join(queries)} if queries else {}),
+        }
         args = [sys.executable, str(DRIVER), json.dumps(given)] + ([point] if point else [])
         self.point, self.log, self.lines, self.writes = point, log, [], 0
         self.started = time.monotonic()
@@ -487,10 +521,10 @@ class Nemesis:
     #: records per minute of event time (a chunk, produced every 2 s): the suite's run needs every path exercised, not
     #: volume (each record is work for every run and for the drain); the nightly chain keeps the full 40
     per_chunk: int = 40
-    #: a point's run starts every task of the job (the nightly chain), or only the tasks that reach the point
-    #: (:func:`tasks_for`; the suite: a fresh JVM starting every query costs about 70 core-s on 2 cores, and a task
-    #: alone is how Databricks runs the real-time alert task, on a cluster of its own); so does the sink kill's (the
-    #: alerts task alone: the query whose Kafka sink it kills); every other action's run starts the whole job
+    #: a point's run starts every task of the job (the nightly chain), or only the queries that reach the point
+    #: (:func:`queries_for`; the suite: a fresh JVM starting every query costs about 70 core-s on 2 cores, a point's
+    #: query and its feeders 12-22; decisions 0025 and 0038); so does the sink kill's (the alert query alone: the
+    #: query whose Kafka sink it kills); every other action's run starts the whole job
     whole_job: bool = True
     #: the fleet also runs :data:`STATEFUL_RULES` (the suite's run and the nightly chain), so the stateful rules query
     #: runs under faults and the verdict judges its alerts and ``device_baselines``; off: the packaged rule only
@@ -578,13 +612,16 @@ class Nemesis:
         self.log(f"    {time.monotonic() - started:6.0f} s  {draining} drained: exit 0")
         return self.outcomes
 
-    def _running(self, point: str | None = None, only: list[str] | None = None) -> Driver:
-        """The job running (``point`` armed: a fresh run, of the ``only`` tasks if given); a run that is not wanted any
+    def _running(
+        self, point: str | None = None, only: list[str] | None = None, queries: list[str] | None = None
+    ) -> Driver:
+        """The job running (``point`` armed: a fresh run, of the ``only`` tasks or the ``queries`` if given); a run
+        that is not wanted any
         more is killed first."""
         if self.driver is not None and (point is not None or self.driver.proc.poll() is not None):
             self._end_run()
         if self.driver is None:
-            self.driver = Driver(self.params, point, self.log, only)
+            self.driver = Driver(self.params, point, self.log, only, queries)
         return self.driver
 
     def _end_run(self) -> None:
@@ -600,7 +637,7 @@ class Nemesis:
         """A fresh run with the point armed; it must die there within :data:`POINT_WAIT_S` (else: ``missed``). A run
         that fails by itself first is started again once, as the always-on job's task retry (``ON_FAILURE``) does (a
         query whose Python worker started late is restarted inside the run: ``always_on.WORKER_START_RETRIES``)."""
-        driver = self._running(action.arg, None if self.whole_job else tasks_for(action.arg))
+        driver = self._running(action.arg, queries=None if self.whole_job else queries_for(action.arg))
         try:
             code = driver.end(POINT_WAIT_S)
         except subprocess.TimeoutExpired:
@@ -626,7 +663,7 @@ class Nemesis:
                 next(x.split()[1] for x in reversed(driver.lines) if x.startswith("delivered "))
             )
         took = f"{driver.writes} writes, {time.monotonic() - driver.started:.0f} s into the run"
-        return f"killed at the point ({took}{'' if self.whole_job else ', tasks ' + '+'.join(tasks_for(action.arg))})"
+        return f"killed at the point ({took}{'' if self.whole_job else ', ' + '+'.join(queries_for(action.arg))})"
 
     def _moment(self, action: Action) -> str:
         driver = self._running()
@@ -727,7 +764,7 @@ class Nemesis:
         shutil.rmtree(self.settings.checkpoint_path(action.arg), ignore_errors=True)
         if not held:
             return f"reset {action.arg} before it wrote anything: a fresh start, nothing to refuse"
-        refused = Driver(self.params, None, self.log, [declared.task])  # refused as it starts
+        refused = Driver(self.params, None, self.log, queries=[action.arg])  # refused as it starts
         try:
             code = refused.end(POINT_WAIT_S)
         except subprocess.TimeoutExpired:
@@ -1192,7 +1229,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--kills", type=int, default=60, help="length of the random chain")
-    parser.add_argument("--suite", action="store_true", help="the suite's plan: every point kind once")
+    parser.add_argument("--suite", action="store_true", help="the suite's plan: every named point once")
     parser.add_argument("--broker", default="127.0.0.1:19095", help="host:port of the nemesis' own broker")
     parser.add_argument("--actions", help="these actions instead of a drawn plan, e.g. task:alerts,sink,broker")
     args = parser.parse_args()

@@ -2,7 +2,8 @@
 
     python tests/support/nemesis_driver.py '<job parameters as JSON>' [point]
 
-(``"only": "ingest,sampling_state"`` among the parameters: only those tasks of the job.)
+(``"only": "ingest,sampling_state"`` among the parameters: only those tasks of the job; ``"queries":
+"ingest,device_activity"``: only those queries.)
 
 It runs every task of ``sensor_cep_streaming`` as ``python -m sensorcep run --job sensor_cep_streaming`` does (one
 Spark application) and prints a line as each Delta write of a query starts (``write <query> <table> <n>``) and when
@@ -241,6 +242,7 @@ def main() -> None:
 
     params = json.loads(sys.argv[1])
     only = params.pop("only").split(",") if "only" in params else None  # the tasks to run: all by default
+    only_queries = params.pop("queries").split(",") if "queries" in params else None  # of them, these queries
     point = sys.argv[2] if len(sys.argv) > 2 else None
     settings = Settings.from_mapping({k: v for k, v in params.items() if k != "task"})
     spark = get_spark()
@@ -270,7 +272,14 @@ def main() -> None:
         watch_writes(point, settings)
     until = drain_when_asked(spark, settings)
     jobs.run_always_on(
-        params=params, until=until, minutes=10, every_s=3600, out=lambda line: None, spark=spark, only=only
+        params=params,
+        until=until,
+        minutes=10,
+        every_s=3600,
+        out=lambda line: None,
+        spark=spark,
+        only=only,
+        only_queries=only_queries,
     )
     for query in spark.streams.active:  # the alert query a stop_alerts run started again, which the job does not list
         query.stop()

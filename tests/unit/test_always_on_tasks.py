@@ -44,17 +44,25 @@ def test_the_always_on_job_runs_only_the_tasks_asked_for_and_names_an_unknown_on
         def failed(self):
             return []
 
-    def start_task(spark, task, settings):
-        started.append(task)
+    def start_task(spark, task, settings, only_queries=None):
+        started.append((task, only_queries))
         return Started()
 
     monkeypatch.setattr(always_on, "start_task", start_task)
     lines = []
     jobs.run_always_on(only=["alerts", "ingest"], until=lambda queries: True, out=lines.append, spark=object())
-    assert started == ["ingest", "alerts"], "in the job's order"
+    assert started == [("ingest", None), ("alerts", None)], "in the job's order"
     assert [line.split(":")[0] for line in lines[:2]] == ["▶ ingest", "▶ alerts"]
     with pytest.raises(jobs.JobError, match=r"no task nope; its tasks: ingest, sampling_state, alerts, alert_records"):
         jobs.run_always_on(only=["nope"], until=lambda queries: True, out=lines.append, spark=object())
+
+    # only some queries: the tasks that hold none of them do not start; the others start only those
+    started.clear()
+    wanted = {"device_activity", "ingest", "anomalies"}
+    jobs.run_always_on(only_queries=wanted, until=lambda queries: True, out=lines.append, spark=object())
+    assert started == [("ingest", wanted), ("sampling_state", wanted), ("alert_records", wanted)]
+    with pytest.raises(jobs.JobError, match=r"no query nope; the queries: ingest, "):
+        jobs.run_always_on(only_queries=["nope"], until=lambda queries: True, out=lines.append, spark=object())
 
 
 def test_a_task_query_with_nothing_to_do_holds_an_empty_slot_until_a_refresh_gives_it_work():
@@ -175,3 +183,21 @@ def test_the_wheel_tasks_wait_restarts_a_late_python_worker_and_raises_any_other
         always_on.await_queries(spark, task)
     assert task.slots[0] is restarted and task.retries == {0: 1}, "the late worker's query was started again"
     assert not steady.isActive, "the real failure stopped the other queries"
+
+
+def test_a_task_started_with_only_some_queries_starts_only_those(monkeypatch):
+    """``only_queries``: device activity alone of ``sampling_state`` (the fault test's runs: a point's query and what
+    feeds it), still after bronze exists."""
+    declared = []
+
+    class Running:
+        def __init__(self, spark, settings, queries):
+            declared.extend(q.name for q in queries)
+
+        def start(self):
+            return self
+
+    monkeypatch.setattr(always_on, "RunningTask", Running)
+    monkeypatch.setattr(always_on, "wait_for_bronze", lambda spark, settings: declared.append("bronze exists"))
+    always_on.start_task(None, "sampling_state", Settings(trigger="5 seconds"), {"device_activity", "ingest"})
+    assert declared == ["bronze exists", "device_activity"]

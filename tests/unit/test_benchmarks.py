@@ -249,3 +249,20 @@ def test_the_model_fitted_to_two_windows_gives_back_the_costs_they_were_made_of(
     # a busy window no dearer than its extra events: no per-device cost, never a negative one
     flat = Model.fit(200e-6, 10, 1_000, (20, 1.0), (200, 1.0 + 180 * 200e-6))
     assert flat.per_device == pytest.approx(0, abs=1e-12) and flat.per_round == pytest.approx(10.0 - 20 * 10 * 200e-6)
+
+
+def test_a_minutes_batches_are_those_that_ended_in_it_when_asked(harness):
+    """A soak's minute counts a batch longer than the minute once, in the minute it ends (counted by its start, a
+    query whose batches straddle each minute's start showed none in any minute)."""
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    def report(start: str, ms: int) -> SimpleNamespace:
+        return SimpleNamespace(json=json.dumps({"timestamp": start, "batchDuration": ms}))
+
+    query = SimpleNamespace(
+        recentProgress=[report("2026-11-29T10:00:50.000Z", 40_000), report("2026-11-29T10:01:05.000Z", 1_000)]
+    )
+    minute = datetime(2026, 11, 29, 10, 1, tzinfo=timezone.utc)
+    assert [p["batchDuration"] for p in harness.progress(query, minute)] == [1_000]
+    assert [p["batchDuration"] for p in harness.progress(query, minute, ended=True)] == [40_000, 1_000]

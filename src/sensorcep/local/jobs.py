@@ -38,7 +38,7 @@ from sensorcep.errors import SensorCepError
 from sensorcep.local import run_report
 from sensorcep.local.session import PARAMS_ENV
 from sensorcep.observability.live import RealtimeAlertsLine, progress_line
-from sensorcep.pipeline import always_on, notifications
+from sensorcep.pipeline import always_on, notifications, registry
 from sensorcep.pipeline.streaming import explain_failure, stop_queries
 from sensorcep.rules import catalog
 from sensorcep.runtime import get_spark
@@ -270,12 +270,15 @@ def run_always_on(
     out=print,
     spark=None,
     only: Iterable[str] | None = None,
+    only_queries: Iterable[str] | None = None,
 ) -> list:
     """Start every task of the always-on job in this Spark application; run until Ctrl-C, ``minutes``, or
     ``until(queries)`` is true; print a line per query every ``every_s`` seconds; stop the queries cleanly.
 
     ``only``: these task keys, not every task: what one of the job's clusters runs on Databricks (the real-time
     ``alerts`` task has a cluster of its own), e.g. to restart one task while another application runs the rest.
+    ``only_queries``: of those tasks, only these queries (the tasks that hold none of them do not start): to look
+    at one query and what feeds it, or a fault run that needs no other (``tests/support/nemesis.py``).
 
     Each task's ``named_parameters`` become its :class:`Settings`; its ``entry_point`` must be the package's
     always-on entry point (what the wheel task calls on Databricks). A query that fails stops the others and
@@ -293,13 +296,19 @@ def run_always_on(
                 known = ", ".join(task.key for task in job_tasks)
                 raise JobError(f"job {job_key!r} has no task {', '.join(sorted(unknown))}; its tasks: {known}")
             job_tasks = [task for task in job_tasks if task.key in set(only)]
+        wanted = None if only_queries is None else set(only_queries)
+        if wanted is not None and wanted - set(registry.registry()):
+            unknown, known = ", ".join(sorted(wanted - set(registry.registry()))), ", ".join(registry.registry())
+            raise JobError(f"no query {unknown}; the queries: {known}")
         with catalog.one_read():  # every task's rule queries start from one read of alert_rules
             for task in job_tasks:
                 if task.entry_point is None or entry_point_function(task.entry_point) is not always_on.main:
                     raise JobError(f"task {task.key!r} does not call the always-on entry point (sensorcep-stream)")
                 task_name, values = always_on.parse_arguments([f"--{k}={v}" for k, v in task.parameters.items()])
+                if wanted is not None and not wanted & {query.name for query in registry.tasks()[task_name]}:
+                    continue
                 settings = Settings.from_mapping(values)
-                running = always_on.start_task(spark, task_name, settings)
+                running = always_on.start_task(spark, task_name, settings, wanted)
                 for declared, query in running.started():
                     triggers[query.name] = declared.trigger(settings)
                     settings_of[query.name] = settings

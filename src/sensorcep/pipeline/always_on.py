@@ -23,7 +23,7 @@ import argparse
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from pyspark.errors import StreamingQueryException
@@ -163,13 +163,15 @@ class RunningTask:
         return any(declared.reload_when is not None for declared in self.declared)
 
 
-def start_task(spark: SparkSession, task: str, settings: Settings) -> RunningTask:
-    """Start the queries of one always-on task (they run until stopped)."""
+def start_task(
+    spark: SparkSession, task: str, settings: Settings, only_queries: Iterable[str] | None = None
+) -> RunningTask:
+    """Start the queries of one always-on task (they run until stopped); ``only_queries``: of them, only these."""
     if task not in TASKS:
         raise SettingsError(f"unknown always-on task {task!r}; known: {', '.join(TASKS)}")
     if settings.runs_to_end:
         raise SettingsError("the always-on job keeps queries running: give trigger an interval (e.g. '10 seconds')")
-    declared = registry.tasks()[task]
+    declared = [q for q in registry.tasks()[task] if only_queries is None or q.name in set(only_queries)]
     if any(q.reads_bronze for q in declared):
         wait_for_bronze(spark, settings)  # the medallion: bronze_events, which the ingest task creates, must exist
     return RunningTask(spark, settings, declared).start()

@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 
 from sensorcep.io.lake import Tables
 from sensorcep.routes.model import RoutesError, RouteSet, load_routes, parse_routes
+from sensorcep.rules import catalog as rules_catalog
 from sensorcep.schemas import BY_NAME
 from sensorcep.settings import Settings
 
@@ -39,9 +40,13 @@ def spec(route_set: RouteSet) -> str:
 def versions(spark: SparkSession, settings: Settings) -> list[dict]:
     """Every published version, oldest first (none: the table does not exist yet)."""
     lake = Tables(spark, settings)
-    if not lake.exists(TABLE):
-        return []
-    return sorted((row.asDict() for row in lake.read(TABLE).collect()), key=lambda row: row["version"])
+
+    def read() -> list[dict]:
+        if not lake.exists(TABLE):
+            return []
+        return sorted((row.asDict() for row in lake.read(TABLE).collect()), key=lambda row: row["version"])
+
+    return rules_catalog.read_in_pass(str(lake[TABLE]), read)  # once per pass of the always-on job's starts
 
 
 def publish(spark: SparkSession, settings: Settings, route_set: RouteSet, author: str, source: str) -> int | None:
@@ -57,6 +62,7 @@ def publish(spark: SparkSession, settings: Settings, route_set: RouteSet, author
     lake = Tables(spark, settings)
     lake.create([TABLE])
     lake.write(spark.createDataFrame([row], BY_NAME[TABLE].columns), TABLE)
+    rules_catalog.forget_in_pass(str(lake[TABLE]))
     log.warning("routes: version %d published by %s from %s", version, author, source)
     return version
 

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -120,12 +120,12 @@ _read_in_pass: ContextVar[dict[str, list[dict]] | None] = ContextVar("alert_rule
 
 @contextmanager
 def one_read() -> Iterator[None]:
-    """A pass that reads ``alert_rules`` once: inside it the seed check, :func:`fingerprint` and
-    :func:`rules_in_force` of every rule query take the rows of the first read (each read is a Delta snapshot and a
-    Spark job: starting the three rule queries read the table six times, and checked it exists twelve). The always-on
-    job starts and refreshes its queries in such a pass, so the fingerprint a query starts with is exactly the rule
-    set it compiles; a change made during the pass shows at the next one. A write (:func:`apply_rules`) in the pass
-    drops what it read. Nested passes share the outer one."""
+    """A pass that reads ``alert_rules`` (and ``routes``, :func:`read_in_pass`) once: inside it the seed check,
+    :func:`fingerprint` and :func:`rules_in_force` of every rule query take the rows of the first read (each read is a
+    Delta snapshot and a Spark job: starting the three rule queries read the table six times, and checked it exists
+    twelve). The always-on job starts and refreshes its queries in such a pass, so the fingerprint a query starts with
+    is exactly the rule set it compiles; a change made during the pass shows at the next one. A write
+    (:func:`apply_rules`) in the pass drops what it read. Nested passes share the outer one."""
     if _read_in_pass.get() is not None:
         yield
         return
@@ -136,18 +136,32 @@ def one_read() -> Iterator[None]:
         _read_in_pass.reset(token)
 
 
+def read_in_pass(key: str, read: Callable[[], list[dict]]) -> list[dict]:
+    """``read()`` (a catalog table's rows), once per :func:`one_read` pass for ``key`` (the table's location): the
+    routes table is read there too, by the notifier's start and refresh (four reads of ``routes`` a start before,
+    0.3-2 s each in a job's first seconds). Outside a pass every call reads."""
+    held = _read_in_pass.get()
+    if held is None:
+        return read()
+    if key not in held:
+        held[key] = read()
+    return [dict(row) for row in held[key]]  # copies: a caller that edits its rows does not edit the pass's
+
+
+def forget_in_pass(key: str) -> None:
+    """After a write to the table at ``key``: the pass reads what was just written."""
+    (_read_in_pass.get() or {}).pop(key, None)
+
+
 def current_rows(spark: SparkSession, settings: Settings) -> list[dict]:
     lake = Tables(spark, settings)
-    held, key = _read_in_pass.get(), str(lake[TABLE])
-    if held is not None and key in held:
-        return [dict(row) for row in held[key]]
-    if not lake.exists(TABLE):
-        return []
-    rows = [row.asDict() for row in lake.read(TABLE).select(*COLUMNS).collect()]
-    if held is None:
-        return rows
-    held[key] = rows
-    return [dict(row) for row in rows]  # copies: a caller that edits its rows does not edit the pass's
+
+    def read() -> list[dict]:
+        if not lake.exists(TABLE):
+            return []
+        return [row.asDict() for row in lake.read(TABLE).select(*COLUMNS).collect()]
+
+    return read_in_pass(str(lake[TABLE]), read)
 
 
 def apply_rules(spark: SparkSession, settings: Settings, rules: list[Rule]) -> Changes:
@@ -160,7 +174,7 @@ def apply_rules(spark: SparkSession, settings: Settings, rules: list[Rule]) -> C
         frame = spark.createDataFrame(changes.rows or [], SCHEMA).select(*COLUMNS)
         lake = Tables(spark, settings)
         lake.write(frame, TABLE, mode="overwrite")
-        (_read_in_pass.get() or {}).pop(str(lake[TABLE]), None)  # the pass reads what was just written
+        forget_in_pass(str(lake[TABLE]))
         log.warning("alert_rules: %s", changes)
     return changes
 
