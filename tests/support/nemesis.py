@@ -707,7 +707,8 @@ class Nemesis:
         """One task dies alone: the job runs in two processes, the task ``action.arg`` in one and the others in the
         other (the Databricks topology: the real-time alert task has a cluster of its own); kill -9 of the task's
         process while the others write; they must go on writing, and the task, started again on its checkpoint, goes
-        on. Both runs end with the action (the next one starts the whole job again)."""
+        on. Then the reverse: kill -9 of the others' process while the task sends alerts; it must go on sending, and
+        the others, started again, write again. Both runs end with the action (the next one starts the whole job)."""
         assert action.arg == ALONE, f"a task action kills {ALONE!r} alone, not {action.arg!r}"
         if self.driver is not None:
             self._end_run()
@@ -733,10 +734,20 @@ class Nemesis:
             went_on = rest.writes - before
             alone = Driver(self.params, None, self.log, [action.arg])
             assert sends_alerts(alone), f"the restarted {action.arg} task failed:\n{alone.errors()}"
+            code = rest.kill()  # the reverse: the others die, the task goes on
+            assert code == -signal.SIGKILL, f"the other tasks exited {code} before their kill:\n{rest.errors()}"
+            assert sends_alerts(alone), f"{action.arg} stopped when the other tasks died:\n{alone.errors()}"
+            rest = Driver(self.params, None, self.log, [task for task in UPSTREAM if task != action.arg])
+            assert rest.wait_for(lambda: rest.writes > 0, POINT_WAIT_S, "a write of the restarted tasks"), (
+                f"the restarted tasks failed:\n{rest.errors()}"
+            )
         finally:
             codes = [alone.kill(), rest.kill()]
         assert codes == [-signal.SIGKILL] * 2, f"a run ended by itself (exits {codes}):\n{rest.errors()}"
-        return f"{action.arg} killed alone; the other tasks went on ({went_on} writes); restarted, it sent alerts again"
+        return (
+            f"{action.arg} killed alone; the other tasks went on ({went_on} writes); restarted, it sent alerts again; "
+            "then the others killed alone: it went on sending, and they wrote again once restarted"
+        )
 
     def _stop_alerts(self, action: Action) -> str:
         driver = self._running(f"stop_alerts:{action.arg}")
