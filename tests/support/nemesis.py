@@ -157,8 +157,8 @@ FEEDERS = {
     "notifier": ("alerts", "alert_lifecycle"),
 }
 #: how long a run may take to reach its kill point (or what another action waits for); a point not reached fails the
-#: test. Alone on 2 cores a run reaches its point in 31-54 s; ``make test`` runs the fault test beside the suite's
-#: other worker, which can double that
+#: test. Alone on 2 cores a point's run reaches it in 7-18 s (its queries only); ``make test`` runs the fault test
+#: beside the suite's other worker, which can double that
 POINT_WAIT_S = 480
 
 
@@ -616,8 +616,7 @@ class Nemesis:
         self, point: str | None = None, only: list[str] | None = None, queries: list[str] | None = None
     ) -> Driver:
         """The job running (``point`` armed: a fresh run, of the ``only`` tasks or the ``queries`` if given); a run
-        that is not wanted any
-        more is killed first."""
+        that is not wanted any more is killed first."""
         if self.driver is not None and (point is not None or self.driver.proc.poll() is not None):
             self._end_run()
         if self.driver is None:

@@ -297,9 +297,8 @@ def run_always_on(
                 raise JobError(f"job {job_key!r} has no task {', '.join(sorted(unknown))}; its tasks: {known}")
             job_tasks = [task for task in job_tasks if task.key in set(only)]
         wanted = None if only_queries is None else set(only_queries)
-        if wanted is not None and wanted - set(registry.registry()):
-            unknown, known = ", ".join(sorted(wanted - set(registry.registry()))), ", ".join(registry.registry())
-            raise JobError(f"no query {unknown}; the queries: {known}")
+        if wanted is not None and wanted - set(known := registry.registry()):
+            raise JobError(f"no query {', '.join(sorted(wanted - set(known)))}; the queries: {', '.join(known)}")
         with catalog.one_read():  # every task's rule queries start from one read of alert_rules
             for task in job_tasks:
                 if task.entry_point is None or entry_point_function(task.entry_point) is not always_on.main:

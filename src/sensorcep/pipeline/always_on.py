@@ -171,7 +171,8 @@ def start_task(
         raise SettingsError(f"unknown always-on task {task!r}; known: {', '.join(TASKS)}")
     if settings.runs_to_end:
         raise SettingsError("the always-on job keeps queries running: give trigger an interval (e.g. '10 seconds')")
-    declared = [q for q in registry.tasks()[task] if only_queries is None or q.name in set(only_queries)]
+    wanted = None if only_queries is None else set(only_queries)
+    declared = [q for q in registry.tasks()[task] if wanted is None or q.name in wanted]
     if any(q.reads_bronze for q in declared):
         wait_for_bronze(spark, settings)  # the medallion: bronze_events, which the ingest task creates, must exist
     return RunningTask(spark, settings, declared).start()
