@@ -85,6 +85,11 @@ def pytest_collection_modifyitems(config, items):
             wrong.append(f"{item.nodeid} is in tests/{name}/ but asks for {', '.join(sorted(needs))}")
     if wrong:
         raise pytest.UsageError("tests outside their tier:\n" + "\n".join(wrong))
+    if not NIGHTLY:  # deselected, not skipped: ``make nightly`` runs them (decision 0040)
+        nightly = [item for item in items if item.get_closest_marker("nightly")]
+        if nightly:
+            config.hook.pytest_deselected(items=nightly)
+            items[:] = [item for item in items if not item.get_closest_marker("nightly")]
     items.sort(key=lambda item: RUN_ORDER.index(tier(item)))  # stable: the tests of a tier keep their order
 
 

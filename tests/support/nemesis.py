@@ -493,6 +493,18 @@ class Driver:
             reader.join(10)
         return code
 
+    def refusal(self) -> tuple[int | None, str]:
+        """For a run that must be refused as it starts: its exit code (None: still running after
+        :data:`POINT_WAIT_S`, then killed, so it does not run beside the next action's run) and all it printed."""
+        try:
+            code = self.end(POINT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            if self.proc.poll() is None:
+                self.kill()
+        return code, "\n".join(self.stderr + self.lines)
+
     def committed(self) -> str:
         """The last ``committed <query> <table> <k>`` count of every query and table this run wrote."""
         last = {}
@@ -774,15 +786,7 @@ class Nemesis:
         shutil.rmtree(self.settings.checkpoint_path(action.arg), ignore_errors=True)
         if not held:
             return f"reset {action.arg} before it wrote anything: a fresh start, nothing to refuse"
-        refused = Driver(self.params, None, self.log, queries=[action.arg])  # refused as it starts
-        try:
-            code = refused.end(POINT_WAIT_S)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            if refused.proc.poll() is None:  # not refused: it must not run beside the next action's run
-                refused.kill()
-        said = "\n".join(refused.stderr + refused.lines)
+        code, said = Driver(self.params, None, self.log, queries=[action.arg]).refusal()  # refused as it starts
         named = re.search(r"CheckpointResetError: .* remove them first \((.*?)\); or run", said)
         assert code == 1 and named, f"a reset {action.arg} checkpoint was not refused (exit {code}):\n{said[-2000:]}"
         statements = named.group(1).split("; ")
@@ -797,11 +801,10 @@ class Nemesis:
     def _second_writer(self, _action: Action) -> str:
         driver = self._running()
         driver.wait_for(lambda: driver.writes > 0, POINT_WAIT_S, "a Delta write")
-        second = Driver(self.params, None, self.log)
-        code = second.end(POINT_WAIT_S)
-        said = "\n".join(second.stderr + second.lines)
+        code, said = Driver(self.params, None, self.log).refusal()
+        first = "running" if driver.proc.poll() is None else f"exited {driver.proc.poll()}:\n{driver.errors()}"
         assert code == 1 and f"is already running: process {driver.proc.pid} " in said, (
-            f"a second run of the job did not fail naming the first (exit {code}):\n{said[-2000:]}"
+            f"a second run of the job did not fail naming the first (exit {code}; the first {first}):\n{said[-4000:]}"
         )
         return "refused: " + next(line for line in said.splitlines() if "already running" in line)[:90]
 
@@ -925,7 +928,14 @@ def judge(settings: Settings, drained: Drained, acknowledged: dict) -> dict[str,
     anomalies = drained.frame("anomalies")
     assert not anomalies.alert_id.duplicated().any(), "anomalies: an alert_id twice"
     assert set(anomalies.alert_id) == expected_ids, "anomalies differ from the anomalous events in bronze"
-    alerted = {json.loads(v)["alert_id"] for _, _, _, v in drained.alerts}
+    sent_for: dict[str, tuple] = {}  # a replayed alert is the same alert: its id names one event of one rule
+    for _, _, _, value in drained.alerts:
+        alert = json.loads(value)
+        event = (alert.get("device_id"), alert.get("rule_id"), alert.get("event_time"))
+        assert sent_for.setdefault(alert["alert_id"], event) == event, (
+            f"alert {alert['alert_id']} was sent for two events: {sent_for[alert['alert_id']]} and {event}"
+        )
+    alerted = set(sent_for)
     assert expected_ids <= alerted, f"{len(expected_ids - alerted)} anomalies never reached the alerts topic"
     escalations = drained.frame("alert_escalations")
     assert not escalations.alert_id.duplicated().any(), "alert_escalations: an alert_id twice"

@@ -67,3 +67,33 @@ def test_another_query_or_other_tables_are_another_writer(tmp_path):
             claims.claim_checkpoint(settings.replace(query_suffix="_b"), "ingest")
     finally:
         first.release()
+
+
+class _Query:
+    """A started query as the claims see it: active or not, and how it ended."""
+
+    def __init__(self, failed: bool):
+        self.isActive, self.failed = False, failed
+
+    def exception(self):
+        return RuntimeError("a Python worker did not start in time") if self.failed else None
+
+
+def test_a_failed_query_keeps_its_claim_until_its_restart_takes_it_and_a_stopped_one_lets_go(tmp_path):
+    settings = Settings(base_path=str(tmp_path))
+    failed = claims.claim_checkpoint(settings, "ingest")
+    failed.query = _Query(failed=True)  # waits for the task's retry
+    claims.claim_checkpoint(settings, "sampling").release()  # another query's start releases what was stopped
+    refused = _holder(tmp_path)  # another run, meanwhile
+    refused.stdin.close()
+    assert refused.stdout.read() == "" and refused.wait(timeout=30) == 1, "another run took a failed query's claim"
+    restarted = claims.claim_checkpoint(settings, "ingest")  # the retry: the same claim, never let go
+    assert restarted is failed and restarted.query is None
+    restarted.query = _Query(failed=False)  # stopped cleanly: the next claim in this process lets it go
+    claims.claim_checkpoint(settings, "sampling").release()
+    holder = _holder(tmp_path)
+    try:
+        assert holder.stdout.readline().strip() == "claimed"
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)

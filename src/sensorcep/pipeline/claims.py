@@ -98,7 +98,11 @@ def claim_checkpoint(settings: Settings, query: str, *, realtime: bool = False) 
     checkpoint = settings.checkpoint_path(query, realtime=realtime)
     path = checkpoint.rstrip("/") + ".lock"
     name = settings.query_name(query)
-    if _claims.get(path) is not None:  # this process: a query of this checkpoint still runs
+    held = _claims.get(path)
+    if held is not None and held.query is not None and not held.query.isActive:
+        held.query = None  # it failed and is started again (a task retry): its claim was never let go
+        return held
+    if held is not None:  # this process: a query of this checkpoint still runs
         raise ConcurrentWriterError(
             f"query {name} is already running in this process; stop it before starting it again (one writer per "
             "checkpoint)"
@@ -126,7 +130,9 @@ def claim_checkpoint(settings: Settings, query: str, *, realtime: bool = False) 
 
 
 def release_checkpoints() -> None:
-    """Release this process's claims whose query has stopped."""
+    """Release this process's claims whose query was stopped. A query that failed keeps its claim: the always-on task
+    starts it again on its checkpoint (a Python worker that did not start in time), and no other run may take its
+    checkpoint meanwhile; the claim goes with that start (:func:`claim_checkpoint`) or with the process."""
     for claim in list(_claims.values()):
-        if claim.query is not None and not claim.query.isActive:
+        if claim.query is not None and not claim.query.isActive and claim.query.exception() is None:
             claim.release()
