@@ -2,7 +2,7 @@
 from both how many cores a fleet's rate needs.
 
     make broker-up
-    .venv/bin/python benchmarks/cost_model.py                      # 2 x 300,000 events, ~10 minutes
+    .venv/bin/python benchmarks/cost_model.py                      # 2 x 300,000 events, ~16 minutes
     .venv/bin/python benchmarks/cost_model.py --events 100000 --idle-seconds 60   # a quicker look
     .venv/bin/python benchmarks/cost_model.py --soaks soak_500,soak_2000,soak_10000   # and the model against soaks
 
@@ -10,32 +10,33 @@ CPU is measured, not inferred from wall time: the CPU seconds (user + system, ps
 workers and this driver process, read around each step. Nothing else may run (the broker and a trickle producer
 are not counted).
 
-1. **Per event.** ``--events`` simulated events (1,000 devices, 1% anomalous, acks for 70% of the alerts) are
-   produced, and each query of the registry runs alone, ``availableNow``, over them, in pipeline order (the stateful
-   rules with one rule of each stateful kind; the alert query in micro-batches, as the pipeline job runs it): a
-   warm-up, not counted (the JIT compiles each query's code on its first run, which a long-running job pays once).
-   Then ``--events`` more, later in event time, and each query runs over them again, and once more with nothing new:
-   that last run's CPU (start, plan, stop) is taken off the one before, and the rest, divided by the events, is the
-   query's cost per million fleet events (the queries downstream of the alerts see only the alerts, but are charged
-   per fleet event).
-2. **Per micro-batch.** Every query then runs as the always-on job runs them (``--trigger`` for all, the alert query
+1. **Each query alone.** ``--events`` simulated events (1,000 devices, 1% anomalous, acks for 70% of the alerts)
+   are produced, and each query of the registry runs alone, ``availableNow``, over them, in pipeline order (the
+   stateful rules with one rule of each stateful kind; the alert query in micro-batches, as the pipeline job runs
+   it): a warm-up, not counted. Then ``--events`` more, later in event time, and each query runs over them again, and
+   once more with nothing new: that last run's CPU (start, plan, stop) is taken off the one before, and the rest,
+   divided by the events, is the query's cost per million fleet events: the per-query table, which says where an
+   event's price goes. It is not the model's price: alone, over a backlog, a query pays more per event than the
+   queries running together for minutes (decision 0041).
+2. **Per round.** Every query then runs as the always-on job runs them (``--trigger`` for all, the alert query
    included) while a producer sends a trickle (``--trickle`` events/s) for ``--idle-seconds`` after ``--warmup``:
-   what the pipeline burns when there is almost nothing to do is its fixed cost, per trigger round (its CPU over the
-   window's rounds). It is split between the queries by their share of the batches' wall time; each query's batch
-   time is broken down from its progress reports: planning, offsets (latestOffset, getBatch, WAL and offset
-   commits), state commit, and the sink (``addBatch``: the foreachBatch writers, with each Delta table's log replay
-   and commit, and the Python workers of the stateful processors).
+   what the pipeline burns when there is almost nothing to do is its fixed cost, per trigger round. It is split
+   between the queries by their share of the batches' wall time; each query's batch time is broken down from its
+   progress reports: planning, offsets (latestOffset, getBatch, WAL and offset commits), state commit, and the sink
+   (``addBatch``: the foreachBatch writers, with each Delta table's log replay and commit, and the Python workers of
+   the stateful processors).
 3. **Per device reporting.** The same again, on fresh tables, at ``--busy`` events/s, a rate at which most of the
    1,000 devices report in every round: a round's cost grows with the devices it touches (each stateful query
    visits each device's state once per batch, the Python processors once per key), which neither a trickle (a few
-   hundred events a round) nor a backlog (tens of thousands of events a batch) shows. Its extra CPU per round, less
-   the extra events' per-event cost, divided by the extra devices a round touches, is the cost per device per round;
-   the trickle's round, less its devices and events, is the fixed cost per round.
-4. **Sizing.** cores = rate x per event + (per round + per device x devices reporting in a round) / trigger
-   interval, where the devices reporting in a round are the expected distinct devices among rate x interval events
-   from a fleet of ``--devices``: for a few rates and triggers. ``--soaks``: soak results (``soak.py --suffix``) to
-   hold the model against: the cores it predicts for each soak's rate and trigger, the Spark cores the soak measured
-   (minutes 3 on), and their ratio.
+   hundred events a round) nor a backlog shows.
+4. **Per event.** The same again at ``--high`` events/s and a long trigger (``--high-trigger``, measured for
+   ``--high-seconds`` after ``--high-warmup``): events are most of such a round's bill.
+5. **The fit and the sizing.** Each window's CPU per round is ``events x per event + per round + devices reporting x
+   per device``, the devices reporting being the expected distinct devices among its events from the fleet: three
+   windows, three prices. cores = rate x per event + (per round + per device x devices reporting in a round) / trigger
+   interval, for a few rates and triggers. ``--soaks``: soak results (``soak.py --suffix``) to hold the model against:
+   the cores it predicts for each soak's rate and trigger, the Spark cores the soak measured (minutes 3 on), and
+   their ratio.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 
+import numpy
 from harness import (
     STEADY_DEVICES,
     CpuMeter,
@@ -129,17 +131,24 @@ class Model:
         return rate * self.per_event + (self.per_round + self.per_device * touched) / interval_s
 
     @classmethod
-    def fit(cls, per_event: float, interval_s: float, devices: int, quiet: tuple[float, float],
-            busy: tuple[float, float]) -> Model:  # fmt: skip
-        """From the per-event cost and two always-on windows, ``(events/s, cores)`` each: the quiet one a trickle,
-        the busy one reaching most devices every round."""
-        (rate_q, cores_q), (rate_b, cores_b) = quiet, busy
-        round_q, round_b = cores_q * interval_s, cores_b * interval_s
-        touched_q, touched_b = (devices_per_round(r, interval_s, devices) for r in (rate_q, rate_b))
-        extra_events = (rate_b - rate_q) * interval_s * per_event
-        per_device = max(round_b - round_q - extra_events, 0.0) / max(touched_b - touched_q, 1.0)
-        per_round = max(round_q - rate_q * interval_s * per_event - touched_q * per_device, 0.0)
-        return cls(per_event, per_round, per_device, devices)
+    def fit(cls, devices: int, windows: list[tuple[float, float, float]]) -> Model:
+        """From always-on windows, ``(events/s, trigger interval s, cores)`` each: a trickle (a round's fixed cost), a
+        busy one reaching most devices every round (the cost per device) and a high rate at a long trigger (the cost
+        per event, in a job running every query, as a soak runs them). Each window's CPU per round is ``events x per
+        event + per round + devices reporting x per device``: three windows, three unknowns (a price that comes out
+        negative, from noise, is 0 and the others are fitted again by least squares)."""
+        rows = [[rate * interval, 1.0, devices_per_round(rate, interval, devices)] for rate, interval, _ in windows]
+        spent = [cores * interval for _, interval, cores in windows]
+        prices = [0.0, 0.0, 0.0]
+        free = [0, 1, 2]
+        while free:
+            solved, *_ = numpy.linalg.lstsq(numpy.array([[row[i] for i in free] for row in rows]), spent, rcond=None)
+            if (solved >= 0).all():
+                for i, price in zip(free, solved, strict=True):
+                    prices[i] = float(price)
+                break
+            free.remove(free[int(numpy.argmin(solved))])
+        return cls(*prices, devices)
 
 
 def breakdown(progress: list[dict]) -> dict[str, float]:
@@ -159,21 +168,36 @@ def breakdown(progress: list[dict]) -> dict[str, float]:
     return {k: statistics.median(p[k] for p in parts) for k in parts[0]} if parts else {}
 
 
-def per_batch(spark, settings, args, clock: CpuMeter, rate: int) -> tuple[dict[str, dict], float]:
-    """Every query running with ``rate`` events/s arriving: each query's share of the pipeline's CPU per batch and its
-    batch time broken down, and the cores the whole pipeline used."""
-    cpu, running, since = always_on_window(spark, settings, rate, args.warmup, args.idle_seconds, clock)
-    window = {}
+def per_batch(spark, settings, clock: CpuMeter, rate: int, window: Window) -> tuple[dict[str, dict], float, float]:
+    """Every query running with ``rate`` events/s sent: each query's share of the pipeline's CPU per batch and its
+    batch time broken down, the cores the whole pipeline used and the events/s ingest read in the window (what the
+    fit prices: a producer may send fewer than asked)."""
+    cpu, running, since = always_on_window(spark, settings, rate, window.warmup, window.seconds, clock)
+    per_query = {}
     for query in running:
         reports = progress(query, since)
-        window[query.name] = {"batches": len(reports), "wall_ms": sum(p["batchDuration"] for p in reports),
-                              **breakdown(reports)}  # fmt: skip
-    total_ms = sum(w["wall_ms"] for w in window.values()) or 1
-    for w in window.values():
+        per_query[query.name] = {"batches": len(reports), "wall_ms": sum(p["batchDuration"] for p in reports),
+                                 **breakdown(reports)}  # fmt: skip
+    total_ms = sum(w["wall_ms"] for w in per_query.values()) or 1
+    for w in per_query.values():
         w["core_s_per_batch"] = cpu * w["wall_ms"] / total_ms / max(w["batches"], 1)
-    print(f"\n  the whole pipeline at {rate} events/s, trigger {args.trigger}: {cpu / args.idle_seconds:.2f} cores",
-          flush=True)  # fmt: skip
-    return window, cpu / args.idle_seconds
+    read = sum(p["numInputRows"] for p in progress(next(q for q in running if q.name == "ingest"), since))
+    print(f"\n  the whole pipeline at {rate} events/s, trigger {window.trigger}: {cpu / window.seconds:.2f} cores "
+          f"(ingest read {read / window.seconds:,.0f} events/s in the window)", flush=True)  # fmt: skip
+    return per_query, cpu / window.seconds, read / window.seconds
+
+
+@dataclass(frozen=True)
+class Window:
+    """How an always-on window runs: every query's trigger, seconds before it measures, seconds it measures."""
+
+    trigger: str
+    warmup: float
+    seconds: float
+
+    @property
+    def interval_s(self) -> float:
+        return parse_duration(self.trigger)
 
 
 def main() -> None:
@@ -185,9 +209,15 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=STEADY_DEVICES, help="the fleet the sizing is for (its devices)")
     parser.add_argument("--warmup", type=int, default=60, help="seconds before step 2 measures")
     parser.add_argument("--idle-seconds", type=int, default=120, help="how long step 2 measures")
+    parser.add_argument("--high", type=int, default=4_000, help="events/s during step 4: the per-event price")
+    parser.add_argument("--high-trigger", default="60 seconds", help="every query's trigger in step 4")
+    parser.add_argument("--high-warmup", type=int, default=90, help="seconds before step 4 measures")
+    parser.add_argument("--high-seconds", type=int, default=360, help="how long step 4 measures")
     parser.add_argument("--soaks", default="", help="comma-separated soak results to compare with, e.g. soak_2000")
     args = parser.parse_args()
     soaks = {name: soak_figures(name) for name in args.soaks.split(",") if name}
+    short = Window(args.trigger, args.warmup, args.idle_seconds)
+    long = Window(args.high_trigger, args.high_warmup, args.high_seconds)
 
     with scratch_run(
         "cost",
@@ -200,42 +230,48 @@ def main() -> None:
         spark = get_spark()
         catalog.apply_rules(spark, settings, [*load_rules(), *stateful_rule_set(1)])
         clock = CpuMeter()
-        print(f"\n1. per event: {args.events:,} events, each query alone, availableNow (warm-up)", flush=True)
+        print(f"\n1. each query alone: {args.events:,} events, availableNow (warm-up)", flush=True)
         warm_up(spark, settings, clock)
         backlog_with_acks(settings, args.events, seed=6, start=sim.end)
         print(f"   {args.events:,} more, measured", flush=True)
         costs = per_event(spark, settings, args.events, clock)
-        print(f"\n2. per micro-batch: every query running, trigger {args.trigger}, {args.trickle} events/s", flush=True)
-        fixed, idle_cores = always_on(spark, settings, args, clock, "idle", args.trickle)
+        print(f"\n2. per round: every query running, trigger {args.trigger}, {args.trickle} events/s", flush=True)
+        fixed, idle_cores, idle_rate = always_on(spark, settings, args, clock, "idle", args.trickle, short)
         print(f"\n3. per device: every query running, trigger {args.trigger}, {args.busy} events/s", flush=True)
-        _, busy_cores = always_on(spark, settings, args, clock, "busy", args.busy)
-        interval = parse_duration(args.trigger)
-        per_event_core_s = sum(c["core_s_per_million"] for c in costs.values()) / 1e6
+        _, busy_cores, busy_rate = always_on(spark, settings, args, clock, "busy", args.busy, short)
+        print(f"\n4. per event: every query running, trigger {args.high_trigger}, {args.high} events/s", flush=True)
+        _, high_cores, high_rate = always_on(spark, settings, args, clock, "high", args.high, long)
+        windows = [(idle_rate, short.interval_s, idle_cores), (busy_rate, short.interval_s, busy_cores),
+                   (high_rate, long.interval_s, high_cores)]  # fmt: skip
         # fitted to the fleet the windows measured (the steady producer's), then priced for the one asked about
-        measured = Model.fit(
-            per_event_core_s, interval, STEADY_DEVICES, (args.trickle, idle_cores), (args.busy, busy_cores)
-        )
-        model = replace(measured, devices=args.devices)
+        model = replace(Model.fit(STEADY_DEVICES, windows), devices=args.devices)
         figures, table = report(costs, fixed, model, args, soaks)
         stop_session(spark)
     figures["the pipeline idling (cores)"] = idle_cores
     figures[f"the pipeline at {args.busy} events/s (cores)"] = busy_cores
+    figures[f"the pipeline at {args.high} events/s, trigger {args.high_trigger} (cores)"] = high_cores
+    for label, sent, read in (("trickle", args.trickle, idle_rate), ("busy", args.busy, busy_rate),
+                              ("high", args.high, high_rate)):  # fmt: skip
+        figures[f"{label}: ingest read in the window, of {sent:,} sent (events/s)"] = read
+    figures["each query alone over a backlog, all queries, per event (core-s per million events)"] = sum(
+        c["core_s_per_million"] for c in costs.values()
+    )
     record("cost_model", figures, table)
 
 
-def always_on(spark, settings, args, clock: CpuMeter, label: str, rate: int) -> tuple[dict[str, dict], float]:
+def always_on(spark, settings, args, clock: CpuMeter, label: str, rate: int, window: Window):
     """:func:`per_batch` at ``rate`` on fresh topics and tables: no backlog, no watermark jump from step 1's event
     times to now."""
     with scratch_run(
         f"cost-{label}",
         ("events", "alerts", "acks"),
         schema=f"{settings.schema}_{label}",
-        trigger=args.trigger,
-        alerts_trigger=args.trigger,
-        max_offsets_per_trigger=str(args.events),
+        trigger=window.trigger,
+        alerts_trigger=window.trigger,
+        max_offsets_per_trigger=str(max(args.events, int(rate * window.interval_s * 2))),
     ) as scratch:
         catalog.apply_rules(spark, scratch, [*load_rules(), *stateful_rule_set(1)])
-        return per_batch(spark, scratch, args, clock, rate)
+        return per_batch(spark, scratch, clock, rate, window)
 
 
 #: a soak whose processes used this share of the machine's cores or more had none to spare: its heaviest queries'
@@ -288,6 +324,9 @@ def report(costs: dict, fixed: dict, model: Model, args, soaks: dict) -> tuple[d
         "trickle (events/s)": args.trickle,
         "busy (events/s)": args.busy,
         "measured idling (s)": args.idle_seconds,
+        "high (events/s)": args.high,
+        "high trigger": args.high_trigger,
+        "measured at the high rate (s)": args.high_seconds,
         "devices": args.devices,
         "all queries, per event (core-s per million events)": model.per_event * 1e6,
         "all queries, per round (core-s)": model.per_round,

@@ -235,20 +235,22 @@ def test_devices_per_round_is_the_expected_distinct_devices(cost_model):
     assert per_round(100, 10, 0) == 0
 
 
-def test_the_model_fitted_to_two_windows_gives_back_the_costs_they_were_made_of(cost_model):
-    """Two always-on windows priced by known costs (per event, per round, per device reporting): the fit recovers
-    them, and predicts a third rate and another trigger as those costs say."""
+def test_the_model_fitted_to_three_windows_gives_back_the_costs_they_were_made_of(cost_model):
+    """Three always-on windows priced by known costs (per event, per round, per device reporting): a trickle, a busy
+    window and a high rate at a long trigger. The fit recovers the costs, and predicts another rate and trigger as
+    those costs say; a price that noise would make negative is 0, the others fitted without it."""
     Model = cost_model.Model
     truth = Model(per_event=200e-6, per_round=10.0, per_device=2e-3, devices=1_000)
-    quiet, busy = (20, truth.cores(20, 10)), (200, truth.cores(200, 10))
-    fitted = Model.fit(200e-6, 10, 1_000, quiet, busy)
+    windows = [(20, 10, truth.cores(20, 10)), (200, 10, truth.cores(200, 10)), (4_000, 60, truth.cores(4_000, 60))]
+    fitted = Model.fit(1_000, windows)
+    assert fitted.per_event == pytest.approx(200e-6)
     assert fitted.per_round == pytest.approx(10.0)
     assert fitted.per_device == pytest.approx(2e-3)
     # 2,000 events/s at 60 s: 0.4 cores of events, and every device in every round: (10 + 2) / 60 = 0.2
     assert fitted.cores(2_000, 60) == pytest.approx(0.6, rel=1e-6)
     # a busy window no dearer than its extra events: no per-device cost, never a negative one
-    flat = Model.fit(200e-6, 10, 1_000, (20, 1.0), (200, 1.0 + 180 * 200e-6))
-    assert flat.per_device == pytest.approx(0, abs=1e-12) and flat.per_round == pytest.approx(10.0 - 20 * 10 * 200e-6)
+    flat = Model.fit(1_000, [(20, 10, 1.0), (200, 10, 1.0 + 180 * 200e-6), (4_000, 60, 1.0 / 6 + 4_000 * 200e-6)])
+    assert flat.per_device == 0 and min(flat.per_event, flat.per_round) > 0
 
 
 def test_a_minutes_batches_are_those_that_ended_in_it_when_asked(harness):
