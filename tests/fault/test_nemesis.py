@@ -8,16 +8,25 @@ for alerts that never come, some before their alert) and whose rules include one
 exact equality with what the producer got acknowledged, with the sampling oracle, with device activity replayed over
 the batches its query ran, with the stateful rules run in plain Python and with what the receiver got. Every planned
 point must be reached. The long random chain over every point (the points as a file lands too, K up to 12) runs in
-``make nightly`` (``tests/support/nemesis.py --seed 7 --kills 60``). Then eight bugs are planted one at a time in what
+``make nightly`` (``tests/support/nemesis.py --seed 7 --kills 60``). Then nine bugs are planted one at a time in what
 the verdict read (a record dropped, an append doubled, an escalation lost, an on-time event kept as late, an ack lost,
-a status change lost, a delivered message the ledger lost, a stateful rule's alert lost): the verdict must fail on
-each, naming it."""
+a status change lost, a delivered message the ledger lost, a stateful rule's alert lost, an alert id sent for two
+events): the verdict must fail on each, naming it."""
 
 from collections import Counter
 
 import pandas as pd
 import pytest
-from support.nemesis import SUITE, WRITES, Drained, Nemesis, judge, suite_plan, without_one_stateful_alert
+from support.nemesis import (
+    SUITE,
+    WRITES,
+    Drained,
+    Nemesis,
+    judge,
+    suite_plan,
+    with_an_alert_id_reused,
+    without_one_stateful_alert,
+)
 
 from sensorcep.local import broker
 
@@ -130,5 +139,8 @@ def test_every_named_kill_point_is_reached_and_loses_nothing_and_doubles_nothing
         with pytest.raises(AssertionError, match="1 never sent"):  # planted in what the verdict read of the topic
             judge(nemesis.settings, without_one_stateful_alert(drained), nemesis.acknowledged)
         print("planted: a stateful rule's alert lost: the verdict failed, as it must")
+        with pytest.raises(AssertionError, match="was sent for two events"):
+            judge(nemesis.settings, with_an_alert_id_reused(drained), nemesis.acknowledged)
+        print("planted: an alert id sent for two events: the verdict failed, as it must")
     finally:
         broker.down(nemesis.broker_dir)

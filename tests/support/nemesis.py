@@ -1162,6 +1162,16 @@ def without_one_stateful_alert(drained: Drained) -> Drained:
     return dataclasses.replace(drained, alerts=[record for record, alert in sent if alert["alert_id"] != gone])
 
 
+def with_an_alert_id_reused(drained: Drained) -> Drained:
+    """The drained topics with one more alert of the packaged rule: an id already sent, for another event time (an alert
+    id computed from something a replay changes)."""
+    record = next(r for r in drained.alerts if json.loads(r[3])["rule_id"] == PACKAGED_RULE)
+    alert = json.loads(record[3])
+    alert["event_time"] = pd.Timestamp(alert["event_time"]) + pd.Timedelta(seconds=1)
+    alert["event_time"] = alert["event_time"].isoformat()
+    return dataclasses.replace(drained, alerts=[*drained.alerts, (*record[:3], json.dumps(alert))])
+
+
 def packaged_rules() -> list[dict]:
     """The packaged rule set, as YAML rules (the fleet's anomalies fire its ``negative_frequency``)."""
     from sensorcep.rules.model import DEFAULT_RULES, RuleError
