@@ -2,7 +2,7 @@
 from both how many cores a fleet's rate needs.
 
     make broker-up
-    .venv/bin/python benchmarks/cost_model.py                      # 2 x 300,000 events, ~16 minutes
+    .venv/bin/python benchmarks/cost_model.py                      # 2 x 300,000 events, ~20 minutes
     .venv/bin/python benchmarks/cost_model.py --events 100000 --idle-seconds 60   # a quicker look
     .venv/bin/python benchmarks/cost_model.py --soaks soak_500,soak_2000,soak_10000   # and the model against soaks
 
