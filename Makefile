@@ -76,6 +76,7 @@ lab: jars broker-up
 bench: jars broker-up
 	$(PY) benchmarks/cold_start.py
 	$(PY) benchmarks/job_start.py
+	$(PY) benchmarks/fault_points.py
 	$(PY) benchmarks/ingest.py
 	$(PY) benchmarks/sampling.py
 	$(PY) benchmarks/alert_latency.py

@@ -27,7 +27,7 @@ from pathlib import Path
 import hypothesis
 import pytest
 from support.ports import CONNECT_PORT, TEST_BROKER
-from support.profiles import NIGHTLY
+from support.profiles import BROKER_JVM_OPTIONS, INTERPRETED, NIGHTLY, TEST_JVM_OPTIONS, WORKER_JVM_OPTIONS
 
 SESSION_DIR = Path(tempfile.mkdtemp(prefix="sensorcep-tests-"))
 
@@ -45,21 +45,6 @@ RUN_ORDER = ("fault", "e2e", "kafka", "spark", "unit")
 FORBIDDEN = {"unit": {"spark", "bootstrap"}, "spark": {"bootstrap"}}
 #: tiers whose tests need the session's broker
 BROKER_TIERS = {"kafka", "e2e"}
-#: the tests' Spark JVMs start quicker with the first JIT tier only and the serial collector (two spark tests: 114 s
-#: -> 90 s). That mode shrinks the JIT's code cache to the client VM's 48 MB, which a long run of the job (the fault
-#: test's drain) filled: the JVM then fails to link a method handle ("NoSuchMethodException: ... linkToStatic"), so
-#: the cache is given Spark's room again; and a larger thread stack for the first tier's larger frames
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m -Xss4m"
-#: ``make test`` evaluates Spark's expressions and plans interpreted, as Spark's own suites run each expression test in
-#: that mode too (``spark.sql.codegen.factoryMode=NO_CODEGEN``): the tests' data is small, so compiling generated code
-#: (Janino: 22% of a test JVM's CPU) costs more than it saves (the spark tier's sampling and device-activity tests:
-#: 227 s -> 181 s). Spark reads ``spark.*`` Java system properties as confs, so every test JVM (notebook kernels, job
-#: subprocesses, the fault test's job) gets them. ``make nightly``, ``make demo`` and the benchmarks run generated code,
-#: the product's default (decision 0022)
-INTERPRETED = "-Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
-#: the workers' own sessions live the whole run (about 25 minutes): they keep the JIT's optimising tier (C2), whose
-#: code pays back over that time; the short-lived JVMs (job subprocesses, the notebooks' kernels) start quicker with C1
-WORKER_JVM_OPTIONS = TEST_JVM_OPTIONS.replace("-XX:TieredStopAtLevel=1 ", "")
 #: the JVM options of the worker's session and of every other JVM the tests start (``pytest_sessionstart``)
 JVM_OPTIONS: dict[str, str] = {}
 
@@ -143,8 +128,7 @@ def pytest_sessionstart(session):
             # short-lived test JVMs: the C1 compiler only, one GC thread (measured: the device-activity and sampling
             # restart tests, 114 s -> 90 s on 2 cores); the product's sessions keep the JVM's defaults
             "SENSORCEP_JVM_OPTIONS": _jvm_options("others"),
-            # the brokers too: the first JIT tier, the serial collector (the broker's defaults: G1 and the full JIT)
-            "SENSORCEP_BROKER_JVM_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            "SENSORCEP_BROKER_JVM_OPTIONS": BROKER_JVM_OPTIONS,
             # the catalog's managed tables: the session's own (make test runs two sessions side by side)
             "SENSORCEP_WAREHOUSE_DIR": str(SESSION_DIR / "warehouse"),
         }

@@ -41,7 +41,7 @@ def test_local_session_has_task_slots_beyond_the_cores_for_real_time_queries(spa
 
 def test_the_suite_evaluates_interpreted_and_nightly_runs_generated_code(spark):
     """``make test`` runs Spark's expressions and plans interpreted (small data: compiling costs more than it saves);
-    ``make nightly`` the product's generated code (tests/conftest.py ``INTERPRETED``, decision 0022)."""
+    ``make nightly`` the product's generated code (tests/support/profiles.py ``INTERPRETED``, decision 0022)."""
     from support.profiles import NIGHTLY
 
     expected = ("true", "FALLBACK") if NIGHTLY else ("false", "NO_CODEGEN")

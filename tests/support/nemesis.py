@@ -541,6 +541,9 @@ class Nemesis:
     #: the fleet also runs :data:`STATEFUL_RULES` (the suite's run and the nightly chain), so the stateful rules query
     #: runs under faults and the verdict judges its alerts and ``device_baselines``; off: the packaged rule only
     stateful: bool = True
+    #: after the last action the run alive (or a fresh one) drains everything and exits, which the verdict needs; off:
+    #: that run is killed instead (``benchmarks/fault_points.py`` times the actions only)
+    drain: bool = True
     outcomes: list[tuple[str, str]] = field(default_factory=list)
     reached: list[str] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)
@@ -610,6 +613,12 @@ class Nemesis:
             self.log(f"{index + 1:>3} {time.monotonic() - started:6.0f} s  {str(action):40} {outcome}")
         self.producer.stop()
         self.acknowledged = self.producer.acknowledged
+        if not self.drain:
+            if self.driver is not None:
+                self.driver.kill()
+                self.driver = None
+            self.receiver.__exit__(None, None, None)
+            return self.outcomes
         (Path(self.settings.base_path).parent / DRAIN_FLAG).touch()  # every run from now on drains and exits 0
         if self.driver is not None and self.driver.proc.poll() is not None:  # the last run failed on the broker
             self.outcomes.append(("final stop", f"exit {self.driver.end(10)}"))
