@@ -7,7 +7,7 @@ of its own: a fresh process group (Python, a Spark JVM, Python workers) that sta
 (``support.nemesis.queries_for``), runs to the point and is killed there (decision 0038). This script runs the fault
 test's machinery (its fleet, its own broker, its job driver) over one point per set of queries the suite's plan
 starts, ``--passes`` times, and measures each point's run: wall seconds from start to kill, the machine's busy core
-seconds (``/proc/stat``) and how they split between the processes (polled every 0.2 s: a killed process's last
+seconds and how they split between the processes (polled every 0.2 s: a killed process's last
 fraction of a second is lost, and so is most of the short-lived launcher JVM: the parts add up to a little less than
 the machine), and then prices the suite's whole plan at those medians.
 
@@ -91,9 +91,9 @@ def _median(values) -> float:
 
 
 def busy_seconds() -> float:
-    """The machine's busy CPU seconds since boot (every core, every process, the kernel's work for them)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+    """The machine's busy CPU seconds since boot: every core, every process, the kernel's work for them."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + t.irq + t.softirq + t.steal
 
 
 def kind_of(command: list[str]) -> str:
