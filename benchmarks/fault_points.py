@@ -103,12 +103,15 @@ def kind_of(command: list[str]) -> str:
 
 class ProcessMeter:
     """CPU seconds per kind of process (:data:`KINDS`) while it runs, polled every 0.2 s from a thread: each process
-    counted from its value at :meth:`start` (0 for one started since) to the last value seen."""
+    counted from its value at :meth:`start` (0 for one started since) to the last value seen. Not the harness'
+    ``CpuMeter``, which counts this process's children and what their parents reaped: a point's run is killed with
+    its whole process group, so nobody reaps it and only polling sees what it used."""
 
     def __init__(self):
         self.first: dict[tuple[int, float], float] = {}
         self.last: dict[tuple[int, float], tuple[float, str]] = {}
         self.running = False
+        self.poller = threading.Thread(target=self._run, daemon=True)
 
     def _poll(self) -> None:
         for process in psutil.process_iter(["pid", "create_time", "cmdline", "cpu_times"]):
@@ -125,7 +128,7 @@ class ProcessMeter:
         self._poll()
         self.first = {key: seconds for key, (seconds, _) in self.last.items()}
         self.running = True
-        threading.Thread(target=self._run, daemon=True).start()
+        self.poller.start()
         return self
 
     def _run(self) -> None:
@@ -135,6 +138,7 @@ class ProcessMeter:
 
     def stop(self) -> dict[str, float]:
         self.running = False
+        self.poller.join()
         self._poll()
         parts = dict.fromkeys(PARTS, 0.0)
         for key, (seconds, kind) in self.last.items():
@@ -148,6 +152,8 @@ class TimedNemesis(Nemesis):
     rows: list[dict]
 
     def _point(self, action: Action, attempt: int = 1) -> str:
+        if attempt > 1:  # a run tried again: part of the first attempt's measurement
+            return super()._point(action, attempt)
         meter, busy, started = ProcessMeter().start(), busy_seconds(), time.monotonic()
         outcome = super()._point(action, attempt)
         wall, machine, parts = time.monotonic() - started, busy_seconds() - busy, meter.stop()
@@ -201,9 +207,8 @@ def main() -> None:
         print(f"  {BASELINE} again: {bare[-1]}", flush=True)
 
     rows = nemesis.rows[1:]  # the setup run creates the tables
-    missed = [row["point"] for row in rows if not row["outcome"].startswith("killed at the point")]
-    if missed:
-        raise SystemExit(f"points not reached, so not measured: {', '.join(missed)}")
+    if nemesis.missed:
+        raise SystemExit(f"points not reached, so not measured: {', '.join(nemesis.missed)}")
     figures: dict[str, object] = {
         f"{BASELINE} (core-s)": _median(b["machine (core-s)"] for b in bare),
         f"{BASELINE}: wall (s)": _median(b["wall (s)"] for b in bare),
