@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import http.server
 import json
 import math
 import multiprocessing
@@ -22,6 +23,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -96,6 +98,48 @@ def scratch_run(
             settings.kafka_bootstrap_servers, list(names.values()), partitions=settings.partitions
         ):
             yield settings
+
+
+# ------------------------------------------------------------------------------ a webhook receiver
+class Arrivals:
+    """A webhook receiver on loopback: when each incident's first message arrived (wall clock, seconds)."""
+
+    def __init__(self):
+        self.at: dict[str, float] = {}
+        arrivals = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                now = time.time()
+                for incident in body["incidents"]:
+                    arrivals.at.setdefault(incident["incident_id"], now)
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def routes(self, folder: str, group_by: str, group_wait: str) -> str:
+        """Write a routes file in ``folder`` that tells every incident to this receiver, a message per group of
+        ``group_by`` after ``group_wait``; its path. Its secret is ``hook-hmac`` of the scope :data:`ROUTES_SCOPE`:
+        locally the environment variable ``BENCH_HOOK_HMAC``, set here."""
+        os.environ["BENCH_HOOK_HMAC"] = "bench"
+        path = Path(folder) / "routes.yaml"
+        path.write_text(
+            "receivers:\n"
+            f'  - name: team\n    webhook: {{url: "{self.url}/hook", hmac_secret: hook-hmac}}\n'
+            f"route:\n  receiver: team\n  group_by: [{group_by}]\n  group_wait: {group_wait}\n"
+        )
+        return str(path)
+
+
+#: the secret scope of :meth:`Arrivals.routes`
+ROUTES_SCOPE = "bench"
 
 
 # ------------------------------------------------------------------------------ workloads
@@ -347,13 +391,16 @@ class CpuMeter:
 
     Each process is counted once: its own CPU time while it runs and, once it has exited and its parent has reaped it,
     what the parent's reaped-children time grew by beyond what was already counted of it (in the parent's part). So a
-    Python worker that ends between two readings is neither lost nor counted twice. The broker's JVM is never the Spark
-    JVM, even when this process started it (``broker.up``).
+    Python worker that ends between two readings is neither lost nor counted twice. A parent that ignores SIGCHLD
+    (PySpark's worker daemon) has its children reaped by the kernel, which adds nothing to its reaped-children time:
+    what was counted of them stays, and no more than that time grew by is taken back. The broker's JVM is never the
+    Spark JVM, even when this process started it (``broker.up``).
     """
 
     def __init__(self, producer_pid: int | None = None):
         self.producer_pid = producer_pid
-        self.counted: dict[int, tuple[float, int]] = {}  # pid: (CPU seconds counted so far, its parent's pid)
+        # pid: (CPU seconds counted so far, its parent's pid, its reaped children's CPU seconds)
+        self.counted: dict[int, tuple[float, int, float]] = {}
         self.at, self.interval = time.monotonic(), 0.0
         self.read()
 
@@ -381,12 +428,17 @@ class CpuMeter:
                         t, parent = process.cpu_times(), process.ppid()
                 except psutil.NoSuchProcess:
                     continue
-                seconds = t.user + t.system + t.children_user + t.children_system
-                used[part] += seconds - self.counted.get(process.pid, (0.0, 0))[0]
-                counted[process.pid], part_of[process.pid] = (seconds, parent), part
-        for pid, (seconds, parent) in self.counted.items():
-            if pid not in counted and parent in part_of:  # reaped: the parent's count now holds all of it again
-                used[part_of[parent]] -= seconds
+                reaped = t.children_user + t.children_system
+                seconds = t.user + t.system + reaped
+                used[part] += seconds - self.counted.get(process.pid, (0.0, 0, 0.0))[0]
+                counted[process.pid], part_of[process.pid] = (seconds, parent, reaped), part
+        gone: dict[int, float] = {}  # parent: what was counted of its children that ended since the last reading
+        for pid, (seconds, parent, _) in self.counted.items():
+            if pid not in counted and parent in part_of:
+                gone[parent] = gone.get(parent, 0.0) + seconds
+        for parent, seconds in gone.items():  # reaped: the parent's count holds them again, as far as it grew
+            grew = counted[parent][2] - self.counted.get(parent, (0.0, 0, 0.0))[2]
+            used[part_of[parent]] -= min(seconds, max(grew, 0.0))
         self.counted, self.interval, self.at = counted, now - self.at, now
         return used
 

@@ -22,15 +22,11 @@ notifier only.
 
 from __future__ import annotations
 
-import http.server
-import json
-import os
-import threading
 import time
 from datetime import datetime, timezone
 
 import pandas as pd
-from harness import argument_parser, percentile, record, run_id, scratch_folder
+from harness import ROUTES_SCOPE, Arrivals, argument_parser, percentile, record, run_id, scratch_folder
 
 from sensorcep.io.lake import Tables
 from sensorcep.observability.monitoring import stop_session
@@ -42,39 +38,6 @@ from sensorcep.schemas import BY_NAME
 from sensorcep.settings import Settings
 
 GROUP_WAIT_S = 1.0
-ROUTES = """
-receivers:
-  - name: team
-    webhook: {{url: "{url}/hook", hmac_secret: hook-hmac}}
-route:
-  receiver: team
-  group_by: [device_id]
-  group_wait: 1 second
-"""
-
-
-class Arrivals:
-    """A webhook receiver on loopback: when each incident's first message arrived (wall clock, seconds)."""
-
-    def __init__(self):
-        self.at: dict[str, float] = {}
-        arrivals = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                now = time.time()
-                for incident in body["incidents"]:
-                    arrivals.at.setdefault(incident["incident_id"], now)
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 def write_incidents(spark, settings: Settings, per_minute: int, seconds: float, label: str) -> dict[str, float]:
@@ -128,15 +91,12 @@ def main() -> None:
 
     spark = get_spark()
     receiver = Arrivals()
-    os.environ["BENCH_HOOK_HMAC"] = "s3cret"  # the routes' secret, locally an environment variable
     figures, rows = {}, []
     with scratch_folder("notifier") as folder:
-        routes = f"{folder}/routes.yaml"
-        with open(routes, "w") as handle:
-            handle.write(ROUTES.format(url=receiver.url))
+        routes = receiver.routes(folder, "device_id", f"{GROUP_WAIT_S:g} second")
         settings = Settings(
             base_path=folder, schema=f"bench_notifier_{run_id()}", trigger=f"{args.trigger:g} seconds",
-            routes_file=routes, routes_secret_scope="bench",
+            routes_file=routes, routes_secret_scope=ROUTES_SCOPE,
         )  # fmt: skip
         Tables(spark, settings).create(["alert_events"])
 

@@ -153,12 +153,22 @@ def test_record_takes_a_dataframe_and_a_folder_and_no_baseline(harness, tmp_path
     assert "| figure | value |\n|---|---:|\n| rocksdb (commit p95 ms) | 12.5 |" in md_path.read_text()
 
 
+def _benchmark(stem: str):
+    """A benchmark script, imported as a module of its own (in ``sys.modules`` while in use: a dataclass looks its
+    module up there)."""
+    spec = importlib.util.spec_from_file_location(f"{stem}_benchmark", FOLDER / f"{stem}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
 @pytest.fixture
 def ingest_benchmark(harness):
-    spec = importlib.util.spec_from_file_location("ingest_benchmark", FOLDER / "ingest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    yield from _benchmark("ingest")
 
 
 def test_ingest_steps_attribute_each_spark_job_to_its_batch_and_step(ingest_benchmark, tmp_path):
@@ -215,14 +225,7 @@ def test_a_first_batch_that_starts_at_none_is_counted_from_the_earliest_offsets(
 
 @pytest.fixture
 def cost_model(harness):
-    spec = importlib.util.spec_from_file_location("cost_model_benchmark", FOLDER / "cost_model.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        del sys.modules[spec.name]
+    yield from _benchmark("cost_model")
 
 
 def test_devices_per_round_is_the_expected_distinct_devices(cost_model):
@@ -268,3 +271,104 @@ def test_a_minutes_batches_are_those_that_ended_in_it_when_asked(harness):
     minute = datetime(2026, 11, 29, 10, 1, tzinfo=timezone.utc)
     assert [p["batchDuration"] for p in harness.progress(query, minute)] == [1_000]
     assert [p["batchDuration"] for p in harness.progress(query, minute, ended=True)] == [40_000, 1_000]
+
+
+@pytest.fixture
+def soak(harness):
+    yield from _benchmark("soak")
+
+
+def test_a_delta_reader_has_read_the_versions_before_its_offset(soak):
+    """A query reading a Delta table has read the rows of the versions before the one its last offset names, whatever
+    input rows it counted (the notifier's filter skips most versions' files), and not its heartbeat's offsets."""
+    from types import SimpleNamespace
+
+    readers = object.__new__(soak.DeltaReaders)
+    readers.tables = {"notifier": "alert_events", "sampling": "bronze_events"}
+    progress = {
+        "sources": [
+            {"description": "DeltaSource[file:/x/alert_events]", "numInputRows": 0,
+             "endOffset": {"sourceVersion": 1, "reservoirVersion": 3, "index": -1}},
+            {"description": "RateStreamV2[rowsPerSecond=1]", "numInputRows": 10, "endOffset": 34},
+        ]
+    }  # fmt: skip
+    query = SimpleNamespace(name="notifier", lastProgress=SimpleNamespace(json=json.dumps(progress)))
+    snapshot = {"alert_events": {0: 0, 1: 10, 2: 5, 3: 7}, "bronze_events": {0: 0, 1: 4}}
+    assert readers.read(query, snapshot) == 15
+    assert readers.ends(snapshot) == {"notifier": 22, "sampling": 4}
+    assert "notifier" in readers and "alerts" not in readers
+
+
+def test_a_query_may_fall_behind_by_its_own_trigger(soak):
+    """The verdict lets a query's lag grow by a quarter and by its own trigger interval: a table-only query at a
+    minute's trigger is up to a minute behind between batches; at ten seconds, the same growth is falling behind."""
+    from types import SimpleNamespace
+
+    rows = [{"query": "sampling", "minute": m, "state_rows": 1, "lag_s": 5.0 if m <= 4 else 50.0} for m in range(1, 7)]
+    args = SimpleNamespace(minutes=6, trigger="10 seconds")
+    assert soak.verdict(rows, [], 0.0, args, {"sampling": 60_000})["sampling: kept up"]
+    assert not soak.verdict(rows, [], 0.0, args, {"sampling": 10_000})["sampling: kept up"]
+
+
+#: a parent that ignores SIGCHLD (as PySpark's worker daemon does) or waits for its child; the child burns CPU, then
+#: both wait for the test: "counted" once the child has burned, "gone" once it has exited and been reaped
+FORKING_PARENT = """
+import os, signal, sys, time
+if sys.argv[1] == "ignore":
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+ready, release = os.pipe(), os.pipe()
+pid = os.fork()
+if pid == 0:
+    started = time.process_time()
+    while time.process_time() - started < 0.3:
+        pass
+    os.write(ready[1], b"x")
+    os.read(release[0], 1)
+    os._exit(0)
+os.read(ready[0], 1)
+print("counted", flush=True)
+sys.stdin.readline()
+os.write(release[1], b"x")
+if sys.argv[1] == "ignore":
+    while True:  # polling until the kernel has reaped it
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+else:
+    os.waitpid(pid, 0)
+print("gone", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("sigchld", ["ignore", "wait"])
+def test_the_cpu_meter_counts_a_child_that_ended_once(harness, sigchld):
+    """A child counted at one reading and reaped before the next is not taken back twice: a parent that ignores
+    SIGCHLD gets none of its time (the meter read -0.7 cores for the Python workers in a soak), one that waits gets
+    all of it."""
+    import psutil
+
+    parent = subprocess.Popen(
+        [sys.executable, "-c", FORKING_PARENT, sigchld], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+
+        class Meter(harness.CpuMeter):
+            def parts(self):
+                process = psutil.Process(parent.pid)
+                return {"workers": [process, *process.children()]}
+
+        meter = Meter()
+        assert parent.stdout.readline() == "counted\n"
+        burned = meter.read()["workers"]
+        parent.stdin.write("\n")
+        parent.stdin.flush()
+        assert parent.stdout.readline() == "gone\n"
+        after = meter.read()["workers"]
+        assert burned >= 0.25
+        assert -0.05 <= after <= 0.1
+    finally:
+        parent.stdin.write("\n")
+        parent.stdin.flush()
+        parent.wait(timeout=10)
