@@ -25,6 +25,7 @@ from sensorcep.observability.monitoring import ensure_progress_listener, flush_p
 from sensorcep.observability.progress import offsets_behind
 from sensorcep.pipeline import checkpoint_log, checkpoint_settings
 from sensorcep.pipeline.claims import claim_checkpoint, release_checkpoints
+from sensorcep.pipeline.interruptions import stops_cleanly
 from sensorcep.pipeline.queries import Query
 from sensorcep.runtime import classic_context, session_key, set_trigger
 from sensorcep.settings import Settings, parse_trigger, trigger_runs_to_end
@@ -100,7 +101,7 @@ def start_query(
         .outputMode(output_mode)
     )
     if foreach_batch is not None:
-        writer = writer.foreachBatch(foreach_batch)
+        writer = writer.foreachBatch(stops_cleanly(foreach_batch))
     if sink is not None:
         writer = writer.format(sink[0]).options(**sink[1])
     try:
