@@ -19,7 +19,6 @@ from pyspark.sql import functions as F
 
 from sensorcep.io.lake import Tables
 from sensorcep.observability.progress import progress_dict, progress_row
-from sensorcep.pipeline.interruptions import stops_cleanly
 from sensorcep.pipeline.sampling import sample_stream
 from sensorcep.pipeline.streaming import query_conf
 from sensorcep.runtime import is_databricks
@@ -72,7 +71,7 @@ def run_configuration(spark, query: str, preset: Preset, source: str, work: str,
         running = (
             _query(query, events, settings)
             .observe(OUTPUT, F.count(F.lit(1)).alias("rows"))  # counted where the batch runs: Connect's too
-            .writeStream.foreachBatch(stops_cleanly(_consume))  # a stop mid-batch said in one line
+            .writeStream.foreachBatch(_consume)
             .outputMode("append")
             .option("checkpointLocation", f"{work}/ckpt-{query}-{preset.name}")
             .trigger(**parse_trigger(preset.trigger))
