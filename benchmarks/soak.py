@@ -53,7 +53,7 @@ from sensorcep.local.simulator import write_devices_table
 from sensorcep.pipeline import registry
 from sensorcep.pipeline.ingest import wait_for_bronze
 from sensorcep.rules import catalog
-from sensorcep.rules.model import load_rules, parse_rules
+from sensorcep.rules.model import load_rules, packaged_examples, parse_rules
 from sensorcep.runtime import get_spark
 from sensorcep.settings import parse_duration
 
@@ -175,9 +175,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--rules",
-        choices=("packaged", "v1", "v2", "all"),
+        choices=("packaged", "examples", "v1", "v2", "all"),
         default="packaged",
-        help="the rules in force beside the packaged one: none (the stateful rules query does not run), one rule of "
+        help="the rules in force beside the packaged one: none (the stateful rules query does not run), the packaged "
+        "rule set's examples (examples: one rule of each kind, the group rule and a site-scoped threshold included, "
+        "with extra_fields=voltage, a devices table and routes to a webhook receiver on loopback), one rule of "
         "each stateful kind of rules v1 (rate, count, absence, sequence, baseline), or rules v2's 20 (windowed "
         "aggregates, patterns, an any: count; stateful_rules.py's --set v2), or every kind (all: both, and a group "
         "rule over the packaged one, with a devices table and routes to a webhook receiver on loopback, so every "
@@ -226,11 +228,14 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
         "packaged": list,
         "v1": lambda: stateful_rule_set(1),
         "v2": new_kind_rule_set,
+        "examples": packaged_examples,
         "all": lambda: stateful_rule_set(1) + new_kind_rule_set() + parse_rules({"rules": [GROUP_RULE]}),
     }[args.rules]()
     receiver = None
-    if args.rules == "all":  # the group rule groups by site, and the notifier tells a receiver
+    if args.rules in ("examples", "all"):  # the group rule groups by site, and the notifier tells a receiver
         settings, receiver = every_query(spark, settings)
+    if args.rules == "examples":  # the brownout example reads voltage (the producer sends none: it is never met)
+        settings = settings.replace(extra_fields="voltage")
     catalog.apply_rules(spark, settings, [*load_rules(), *extra])
     offsets = kafka_consumer(settings.kafka_bootstrap_servers)
     producer, out = start_producer(settings, args.rate, args.minutes * 60)

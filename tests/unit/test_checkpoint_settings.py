@@ -3,6 +3,7 @@ every other change goes on (checkpoint_settings). The checkpoints here are folde
 
 import json
 import os
+import re
 
 import pytest
 
@@ -10,6 +11,7 @@ from sensorcep.pipeline import checkpoint_settings, registry
 from sensorcep.pipeline.checkpoint_settings import (
     FIXED,
     FORMAT,
+    FORMATS,
     GOES_ON,
     RECORD,
     SettingsChangedError,
@@ -107,17 +109,19 @@ def test_a_checkpoint_of_another_format_is_refused_and_one_from_before_records_i
 
 @pytest.mark.parametrize("query", ["device_activity", "stateful_rules"])
 def test_a_query_whose_state_changed_refuses_a_checkpoint_of_the_format_before_and_says_what_changed(settings, query):
-    """The two queries dropped their deduplication (decision 0037): Spark would read its state as theirs."""
+    """The two queries dropped their deduplication (decision 0037), and the stateful rules keep their pending events in
+    chunks (decision 0045): Spark would read the state of the format before as theirs."""
     fixed = registry.query(query).fixed_settings
     _started(settings, query)
     record = f"{settings.checkpoint_path(query)}/{RECORD}"
     with open(record) as handle:
         saved = json.load(handle)
-    assert saved["format"] == format_of(query) == 2 and format_of("sampling") == FORMAT == 1
+    now, changed = FORMATS[query]
+    assert saved["format"] == format_of(query) == now > 1 and format_of("sampling") == FORMAT == 1
     check(settings, query, fixed)  # its own format: goes on
     with open(record, "w") as handle:
-        json.dump({**saved, "format": 1}, handle)  # a checkpoint the version before this one made
-    refused = r"format 1, .* writes format 2: its state no longer holds a deduplication .*; .*query_suffix"
+        json.dump({**saved, "format": now - 1}, handle)  # a checkpoint the version before this one made
+    refused = rf"format {now - 1}, .* writes format {now}: {re.escape(changed)}; .*query_suffix"
     with pytest.raises(SettingsChangedError, match=refused):
         check(settings, query, fixed)
 

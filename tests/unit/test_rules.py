@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sensorcep.rules.catalog import plan_changes
-from sensorcep.rules.model import RuleError, load_rules, parse_rules, rule_from_spec, spec_json
+from sensorcep.rules.model import RuleError, load_rules, packaged_examples, parse_rules, rule_from_spec, spec_json
 
 NOW = datetime(2026, 11, 25, 12, 0)
 
@@ -138,14 +138,7 @@ def test_the_python_evaluation_of_a_threshold_matches_its_operator_and_device_sc
 
 
 def test_the_commented_examples_in_the_packaged_rule_set_are_valid_rules_of_every_kind():
-    from importlib import resources
-
-    import yaml
-
-    text = resources.files("sensorcep.rules").joinpath("alert_rules.yaml").read_text()
-    examples = text.split("ready to copy", 1)[1].split("\n", 1)[1]
-    uncommented = "\n".join(line.replace("  # ", "  ", 1) for line in examples.splitlines())
-    parsed = parse_rules(yaml.safe_load("rules:\n" + uncommented))
+    parsed = packaged_examples()
     kinds = ["threshold", "threshold", "rate", "count", "absence", "sequence", "baseline", "aggregate", "pattern"]
     assert [r.kind for r in parsed] == [*kinds, "group"]
     assert [r.text for r in parsed] == [

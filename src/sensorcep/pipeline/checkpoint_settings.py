@@ -32,7 +32,10 @@ FORMAT = 1
 #: query's format when its operators or their state change: Spark would read the old state into the new operators)
 FORMATS = {
     "device_activity": (2, "its state no longer holds a deduplication of events, which bronze does (decision 0037)"),
-    "stateful_rules": (2, "its state no longer holds a deduplication of events, which bronze does (decision 0037)"),
+    "stateful_rules": (
+        3,
+        "its state is keyed by buckets of devices, not by device, and keeps pending events in chunks (decision 0045)",
+    ),
 }
 #: the record's file name inside the checkpoint folder (Spark ignores files it does not know)
 RECORD = "sensorcep-settings.json"

@@ -1,12 +1,13 @@
 """The stateful alert rules (rate, count, absence, sequence, baseline, aggregate, pattern): bronze -> alerts topic.
 
-``bronze_events`` (a Delta stream: each event once) behind the watermark, keyed by device, into
-``transformWithStateInPandas`` in event time. Per device the processor holds the events the watermark has not passed
-yet (``pending``) and each rule's small memory (:mod:`sensorcep.rules.sequential`). A timer at the oldest pending
-event (and at the next absence deadline) releases, once the watermark passes it, every event at or before the
-watermark in event-time order, so the alerts are the same whatever the batches and the arrival order were; events too
-late for the watermark are kept in ``late_events`` (:mod:`sensorcep.pipeline.lateness`). State per device is bounded:
-the events within ``watermark_delay`` of the newest, and per rule a few numbers (:mod:`sensorcep.rules.sequential`).
+``bronze_events`` (a Delta stream: each event once) behind the watermark, keyed by a bucket of devices
+(:data:`DEVICE_BUCKETS`), into ``transformWithStateInPandas`` in event time. Per device the processor holds the events
+the watermark has not passed yet (``pending``) and each rule's small memory (:mod:`sensorcep.rules.sequential`). A
+timer at the oldest pending event (and at the next absence deadline) releases, once the watermark passes it, every
+event at or before the watermark in event-time order, device by device, so the alerts are the same whatever the
+batches and the arrival order were; events too late for the watermark are kept in ``late_events``
+(:mod:`sensorcep.pipeline.lateness`). State per device is bounded: the events within ``watermark_delay`` of the
+newest, and per rule a few numbers (:mod:`sensorcep.rules.sequential`).
 
 Alerts go to the alerts topic in the real-time query's record format (with the rule id and version), so
 ``anomalies`` and the alert lifecycle take them like any other alert; their ``alert_id`` is derived the same way. The
@@ -16,11 +17,13 @@ Baseline rules also append each device's baseline, as each batch leaves it, to `
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from sensorcep.io.kafka import write_kafka
 from sensorcep.io.lake import Tables
@@ -44,50 +47,113 @@ BASELINE_COLUMNS = ["device_id", "rule_id", "rule_version", "events", "mean", "s
 OUTPUT_COLUMNS = [part.split()[0] for part in OUTPUT_SCHEMA.split(", ")]
 
 
-class RuleMachine(timers.PendingAndMemory):
-    """Keyed by device: ``state`` = (pending events as JSON [[t_us, value, kafka_us(, other fields)], ...], memory as
-    JSON)."""
+#: the keys the processor's state is spread over: each holds the devices whose id hashes to it. A key per device
+#: cost a dozen round trips to the state server and a pandas frame per device every batch, the largest part of the
+#: query's time (decision 0045); also the most tasks the query's processor can use at once
+DEVICE_BUCKETS = 64
+#: a chunk of a key's pending events: the earliest event time (µs), and the events by device as JSON {device: [[t_us,
+#: value, kafka_us(, other fields)], ...]}
+PENDING_CHUNK = "earliest long, events string"
+
+
+class RuleMachine(StatefulProcessor):
+    """Keyed by a bucket of devices (:data:`DEVICE_BUCKETS`): ``pending``, the events the watermark has not passed
+    yet, as a list of chunks (one per micro-batch that brought some, :data:`PENDING_CHUNK`), and ``memory``, each
+    device's rule memory, as JSON {device: memory}.
+
+    A batch's events are appended as one chunk: the events already pending are neither read nor written again. A timer
+    at the earliest pending event (and at the earliest deadline of a device's absence, window or pattern) releases, per
+    device, every event at or before the watermark, as one timer a device did; only the chunks that hold such events
+    are read, and each is replaced by what of it remains."""
 
     def __init__(self, rules: list[VersionedRule], scoped: dict[tuple, list[str]]):
         self.rules, self.scoped, self.fields = rules, scoped, extra_fields_read(rules)
+        self.applies: dict[str, bool] = {}
 
-    def _save(self, pending: list, memory: dict) -> None:
-        self._store(pending, memory)
-        deadlines = [min(e[0] for e in pending)] if pending else []
-        absence = sequential.next_deadline_us(self.rules, memory)
-        if absence is not None:
-            deadlines.append(absence)
-        timers.arm(self.handle, deadlines)
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.pending = handle.getListState("pending", PENDING_CHUNK)
+        self.memory = handle.getValueState("memory", "memory string")
+        self.passes = timers.Passes()
+
+    def _runs_for(self, device: str) -> bool:
+        found = self.applies.get(device)
+        if found is None:
+            found = self.applies[device] = any(sequential.applies(r, device, self.scoped) for r in self.rules)
+        return found
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        device = key[0]
-        if not any(sequential.applies(r, device, self.scoped) for r in self.rules):
-            return iter([])
-        pending, memory = self._load()
+        by_device: dict[str, list] = {}
         for frame in rows:
-            pending += event_tuples(frame, self.fields)
-        self._save(pending, memory)
+            for device, event in zip(frame.device_id.tolist(), event_tuples(frame, self.fields), strict=True):
+                if self._runs_for(device):
+                    by_device.setdefault(device, []).append(event)
+        if by_device:
+            earliest = min(e[0] for events in by_device.values() for e in events)
+            self.pending.appendValue((earliest, json.dumps(by_device)))
+            timers.arm_before(self.handle, earliest)
         return iter([])
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
         watermark_ms = self.passes.first(key, timerValues)
         if watermark_ms is None:
             return
-        pending, memory = self._load()
         watermark_us = watermark_ms * 1000
-        final = [e for e in pending if e[0] <= watermark_us]
-        fired, memory = sequential.advance(self.rules, key[0], memory, final, watermark_us, self.scoped)
-        self._save([e for e in pending if e[0] > watermark_us], memory)
-        rows = [{**f.__dict__, "row_kind": "alert"} for f in fired]
-        if final:  # the baselines these events moved
-            rows += [
-                {"device_id": key[0], "event_time_us": as_of, "rule_id": r.id, "rule_version": r.version,
-                 "rule": r.rule.text, "detail": "", "row_kind": "baseline", "events": n, "mean": mean,
-                 "spread": spread}
-                for r, n, mean, spread, as_of in sequential.baselines(self.rules, memory)
-            ]  # fmt: skip
+        chunks, final, changed = [], {}, False
+        for earliest, text in self.pending.get():
+            if earliest > watermark_us:  # none of its events is final yet: kept as it is
+                chunks.append((earliest, text))
+                continue
+            changed, rest = True, {}
+            for device, events in json.loads(text).items():
+                for event in events:
+                    (final if event[0] <= watermark_us else rest).setdefault(device, []).append(event)
+            if rest:
+                chunks.append((min(e[0] for events in rest.values() for e in events), json.dumps(rest)))
+        held = self.memory.get()
+        memories = json.loads(held[0]) if held else {}
+        due = [d for d, memory in memories.items() if d not in final and _deadline(self.rules, memory) <= watermark_us]
+        rows = []
+        for device in [*final, *due]:
+            fired, memory = sequential.advance(
+                self.rules, device, memories.get(device, {}), final.get(device, []), watermark_us, self.scoped
+            )
+            if memory:
+                memories[device] = memory
+            else:
+                memories.pop(device, None)
+            rows += [{**f.__dict__, "row_kind": "alert"} for f in fired]
+            if device in final:  # the baselines its events moved
+                rows += [
+                    {"device_id": device, "event_time_us": as_of, "rule_id": r.id, "rule_version": r.version,
+                     "rule": r.rule.text, "detail": "", "row_kind": "baseline", "events": n, "mean": mean,
+                     "spread": spread}
+                    for r, n, mean, spread, as_of in sequential.baselines(self.rules, memory)
+                ]  # fmt: skip
+        if changed and chunks:
+            self.pending.put(chunks)
+        elif changed:
+            self.pending.clear()
+        if memories:
+            self.memory.update((json.dumps(memories),))
+        else:
+            self.memory.clear()
+        deadlines = [earliest for earliest, _ in chunks] + [_deadline(self.rules, m) for m in memories.values()]
+        timers.arm(self.handle, [d for d in deadlines if d != NO_DEADLINE])
         if rows:
             yield pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
+
+    def close(self) -> None:
+        pass
+
+
+#: :func:`_deadline` of a device whose memory has none
+NO_DEADLINE = 2**63 - 1
+
+
+def _deadline(rules: list[VersionedRule], memory: dict) -> int:
+    found = sequential.next_deadline_us(rules, memory)
+    return NO_DEADLINE if found is None else found
 
 
 def extra_fields_read(rules: list[VersionedRule]) -> list[str]:
@@ -145,8 +211,9 @@ def rule_alert_stream(
             F.unix_micros("event_time").alias("event_time_us"),
             F.unix_micros("kafka_timestamp").alias("kafka_timestamp_us"),
             *(F.col(name).cast("string") for name in extra_fields_read(rules)),
+            F.pmod(F.hash("device_id"), F.lit(DEVICE_BUCKETS)).alias("device_bucket"),
         )
-        .groupBy("device_id")
+        .groupBy("device_bucket")
         .transformWithStateInPandas(
             statefulProcessor=RuleMachine(rules, scoped),
             outputStructType=OUTPUT_SCHEMA,

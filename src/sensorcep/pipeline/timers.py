@@ -24,6 +24,14 @@ def arm(handle, deadlines_us: Iterable[int]) -> None:
         handle.registerTimer(timer_ms)
 
 
+def arm_before(handle, deadline_us: int) -> None:
+    """Register a timer at ``deadline_us`` (as :func:`arm`) unless the key has one at or before it already (that one
+    fires first, and whoever handles it arms the next)."""
+    timer_ms = -(-deadline_us // 1000)
+    if all(timer_ms < held for held in handle.listTimers()):
+        handle.registerTimer(timer_ms)
+
+
 class Passes:
     """The (key, batch, watermark) passes a processor has released."""
 
@@ -46,7 +54,7 @@ PENDING_AND_MEMORY = "pending string, memory string"
 
 class PendingAndMemory(StatefulProcessor):
     """A processor whose key keeps (the inputs the watermark has not passed yet, a memory) as JSON, released by the
-    timers above: the stateful rules' per device, the group rules' per group."""
+    timers above: the group rules' per group."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle

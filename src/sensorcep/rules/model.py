@@ -17,9 +17,11 @@ import math
 import operator
 import re
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal, Union
 
+import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -844,6 +846,20 @@ def load_rules(path: str | Path | None = None) -> list[Rule]:
     """The rules of a YAML file (None or empty: the packaged default)."""
     document, source = read_yaml(path, what="rules", package="sensorcep.rules", default=DEFAULT_RULES, error=RuleError)
     return check_groups(parse_rules(document, source), source)
+
+
+#: the line of the packaged rule set after which its commented examples, one of each kind, begin
+EXAMPLES_AFTER = "ready to copy"
+
+
+def packaged_examples() -> list[Rule]:
+    """The packaged rule set's commented examples (one rule of each kind, ready to copy), uncommented and parsed: what
+    a user who puts them all in force runs. The brownout example reads ``voltage`` (``extra_fields=voltage``), the
+    scoped one and the group rule need the devices table."""
+    text = resources.files("sensorcep.rules").joinpath(DEFAULT_RULES).read_text()
+    examples = text.split(EXAMPLES_AFTER, 1)[1].split("\n", 1)[1]
+    uncommented = "\n".join(line.replace("  # ", "  ", 1) for line in examples.splitlines())
+    return parse_rules(yaml.safe_load("rules:\n" + uncommented), f"{DEFAULT_RULES} (its examples)")
 
 
 def spec_json(rule: Rule) -> str:
