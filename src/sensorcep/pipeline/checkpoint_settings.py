@@ -31,7 +31,10 @@ FORMAT = 1
 #: queries whose state changed incompatibly since format 1: the format this version writes, and what changed (raise a
 #: query's format when its operators or their state change: Spark would read the old state into the new operators)
 FORMATS = {
-    "device_activity": (2, "its state no longer holds a deduplication of events, which bronze does (decision 0037)"),
+    "device_activity": (
+        3,
+        "its state is keyed by buckets of devices, not by device (decision 0045)",
+    ),
     "stateful_rules": (
         3,
         "its state is keyed by buckets of devices, not by device, and keeps pending events in chunks (decision 0045)",

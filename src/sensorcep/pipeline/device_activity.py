@@ -1,7 +1,8 @@
 """Device activity: first seen, last seen, event count and online/offline status per device.
 
-A :class:`DeviceActivity` processor keyed by device id keeps one value per device and an
-event-time timer at ``last_seen + device_timeout``. It emits a row per status change:
+A :class:`DeviceActivity` processor keeps each device's activity and, in effect, an event-time timer at
+``last_seen + device_timeout`` (its state and timers are kept per bucket of devices: decision 0045). It emits a row
+per status change:
 
 * ``device_first_seen`` - the device's first event;
 * ``device_offline`` - the watermark passed ``last_seen + device_timeout`` with no event from it
@@ -16,6 +17,7 @@ current status (``current_status``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import numpy as np
@@ -25,13 +27,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from sensorcep.io.lake import batch_writer
-from sensorcep.pipeline import lateness, queries
+from sensorcep.pipeline import lateness, queries, timers
 from sensorcep.pipeline.ingest import bronze_event_stream
 from sensorcep.pipeline.streaming import launch, writer_id
 from sensorcep.runtime import TRANSFORM_WITH_STATE, require
 from sensorcep.settings import Settings, parse_duration
 
-STATE_SCHEMA = "first_seen_ms long, last_seen_ms long, event_count long, online boolean"
+#: a key's state: its devices' activity as JSON (:class:`DeviceActivity`)
+STATE_SCHEMA = "devices string"
 PROCESSOR_OUTPUT = (
     "device_id string, status_event string, status string, changed_at_ms long, first_seen_ms long, "
     "last_seen_ms long, event_count long"
@@ -41,7 +44,10 @@ STATUS_COLUMNS = ["device_id", "status_event", "status", "changed_at", "first_se
 
 
 class DeviceActivity(StatefulProcessor):
-    """Keyed by device id; all times are event-time milliseconds."""
+    """Keyed by a bucket of devices (:func:`timers.device_bucket`); all times are event-time milliseconds. The key keeps
+    its devices' activity as JSON {device: [first_seen, last_seen, event count, online]} and one timer, at the
+    earliest ``last_seen + device_timeout`` of its online devices: when the watermark passes it, every online device
+    of the key whose own moment has passed goes offline, as a timer per device did (decision 0045)."""
 
     def __init__(self, timeout_ms: int):
         self.timeout_ms = timeout_ms
@@ -50,17 +56,45 @@ class DeviceActivity(StatefulProcessor):
         self.handle = handle
         self.state = handle.getValueState("activity", STATE_SCHEMA)
 
+    def _load(self) -> dict[str, list]:
+        held = self.state.get()
+        return json.loads(held[0]) if held else {}
+
+    def _next_offline(self, devices: dict[str, list]) -> int | None:
+        return min((last + self.timeout_ms for _, last, _, online in devices.values() if online), default=None)
+
+    def _store(self, devices: dict[str, list], timer_before: int | None) -> None:
+        self.state.update((json.dumps(devices),))
+        timer = self._next_offline(devices)
+        if timer != timer_before:
+            if timer_before is not None:
+                self.handle.deleteTimer(timer_before)
+            if timer is not None:
+                self.handle.registerTimer(timer)
+
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        times = np.sort(np.concatenate([frame.event_time_ms.to_numpy(dtype="int64") for frame in rows]))
-        prior = self.state.get()
+        frame = pd.concat(list(rows), ignore_index=True)
+        devices = self._load()
+        timer_before = self._next_offline(devices)
+        out = []
+        for device, times in frame.groupby("device_id", sort=False).event_time_ms:
+            devices[device], changes = self._advance(devices.get(device), np.sort(times.to_numpy(dtype="int64")))
+            if changes:
+                out.append(_rows(device, changes, *devices[device][:3]))
+        self._store(devices, timer_before)
+        if out:
+            yield pd.concat(out, ignore_index=True)
+
+    def _advance(self, prior: list | None, times: np.ndarray) -> tuple[list, list]:
+        """A device's activity after its events of a batch (sorted), and the status changes they make."""
         changes = []
         if prior is None:
             first = last = int(times[0])
-            count, online, old_last = 0, True, None
+            count, online = 0, True
             changes.append(("device_first_seen", "online", first))
         else:
-            first, last, count, online = int(prior[0]), int(prior[1]), int(prior[2]), bool(prior[3])
-            first, old_last = min(first, int(times[0])), last
+            first, last, count, online = prior
+            first = min(first, int(times[0]))
         for t in times[times > last].tolist():
             if online and t - last > self.timeout_ms:
                 changes.append(("device_offline", "offline", last + self.timeout_ms))
@@ -69,38 +103,38 @@ class DeviceActivity(StatefulProcessor):
                 changes.append(("device_online", "online", t))
                 online = True
             last = t
-        count += len(times)
-        if last != old_last:
-            if old_last is not None:
-                self.handle.deleteTimer(old_last + self.timeout_ms)
-            self.handle.registerTimer(last + self.timeout_ms)
-        self.state.update((first, last, count, online))
-        if changes:
-            yield self._rows(key[0], changes, first, last, count)
+        return [first, last, count + len(times), online], changes
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
-        first, last, count, online = self.state.get()
-        if online:
-            self.state.update((first, last, count, False))
-            yield self._rows(key[0], [("device_offline", "offline", int(last) + self.timeout_ms)], first, last, count)
-
-    @staticmethod
-    def _rows(device, changes, first, last, count) -> pd.DataFrame:
-        events, statuses, at = zip(*changes, strict=False)
-        return pd.DataFrame(
-            {
-                "device_id": device,
-                "status_event": list(events),
-                "status": list(statuses),
-                "changed_at_ms": list(at),
-                "first_seen_ms": int(first),
-                "last_seen_ms": int(last),
-                "event_count": int(count),
-            }
-        )
+        watermark_ms = timerValues.getCurrentWatermarkInMs()
+        devices = self._load()
+        out = []
+        for device, (first, last, count, online) in devices.items():
+            if online and last + self.timeout_ms <= watermark_ms:
+                devices[device] = [first, last, count, False]
+                out.append(_rows(device, [("device_offline", "offline", last + self.timeout_ms)], first, last, count))
+        # the expired timer is gone: the next one, if any device is still online
+        self._store(devices, None)
+        if out:
+            yield pd.concat(out, ignore_index=True)
 
     def close(self) -> None:
         pass
+
+
+def _rows(device, changes, first, last, count) -> pd.DataFrame:
+    events, statuses, at = zip(*changes, strict=False)
+    return pd.DataFrame(
+        {
+            "device_id": device,
+            "status_event": list(events),
+            "status": list(statuses),
+            "changed_at_ms": list(at),
+            "first_seen_ms": int(first),
+            "last_seen_ms": int(last),
+            "event_count": int(count),
+        }
+    )
 
 
 def status_stream(events: DataFrame, settings: Settings, *, keep_late: bool = False) -> DataFrame:
@@ -113,8 +147,10 @@ def status_stream(events: DataFrame, settings: Settings, *, keep_late: bool = Fa
     timeout_ms = int(parse_duration(settings.device_timeout) * 1000)
     timed = events.withWatermark("event_time", settings.interval("watermark_delay"))
     changes = (
-        timed.select("device_id", "event_time", F.unix_millis("event_time").alias("event_time_ms"))
-        .groupBy("device_id")
+        timed.select(
+            "device_id", "event_time", F.unix_millis("event_time").alias("event_time_ms"), timers.device_bucket()
+        )
+        .groupBy("device_bucket")
         .transformWithStateInPandas(
             statefulProcessor=DeviceActivity(timeout_ms),
             outputStructType=PROCESSOR_OUTPUT,

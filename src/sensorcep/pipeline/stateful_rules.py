@@ -1,13 +1,13 @@
 """The stateful alert rules (rate, count, absence, sequence, baseline, aggregate, pattern): bronze -> alerts topic.
 
 ``bronze_events`` (a Delta stream: each event once) behind the watermark, keyed by a bucket of devices
-(:data:`DEVICE_BUCKETS`), into ``transformWithStateInPandas`` in event time. Per device the processor holds the events
-the watermark has not passed yet (``pending``) and each rule's small memory (:mod:`sensorcep.rules.sequential`). A
-timer at the oldest pending event (and at the next absence deadline) releases, once the watermark passes it, every
-event at or before the watermark in event-time order, device by device, so the alerts are the same whatever the
-batches and the arrival order were; events too late for the watermark are kept in ``late_events``
-(:mod:`sensorcep.pipeline.lateness`). State per device is bounded: the events within ``watermark_delay`` of the
-newest, and per rule a few numbers (:mod:`sensorcep.rules.sequential`).
+(:func:`~sensorcep.pipeline.timers.device_bucket`), into ``transformWithStateInPandas`` in event time. Per device the
+processor holds the events the watermark has not passed yet (``pending``) and each rule's small memory
+(:mod:`sensorcep.rules.sequential`). A timer at the oldest pending event (and at the next absence deadline) releases,
+once the watermark passes it, every event at or before the watermark in event-time order, device by device, so the
+alerts are the same whatever the batches and the arrival order were; events too late for the watermark are kept in
+``late_events`` (:mod:`sensorcep.pipeline.lateness`). State per device is bounded: the events within
+``watermark_delay`` of the newest, and per rule a few numbers (:mod:`sensorcep.rules.sequential`).
 
 Alerts go to the alerts topic in the real-time query's record format (with the rule id and version), so
 ``anomalies`` and the alert lifecycle take them like any other alert; their ``alert_id`` is derived the same way. The
@@ -47,17 +47,13 @@ BASELINE_COLUMNS = ["device_id", "rule_id", "rule_version", "events", "mean", "s
 OUTPUT_COLUMNS = [part.split()[0] for part in OUTPUT_SCHEMA.split(", ")]
 
 
-#: the keys the processor's state is spread over: each holds the devices whose id hashes to it. A key per device
-#: cost a dozen round trips to the state server and a pandas frame per device every batch, the largest part of the
-#: query's time (decision 0045); also the most tasks the query's processor can use at once
-DEVICE_BUCKETS = 64
 #: a chunk of a key's pending events: the earliest event time (µs), and the events by device as JSON {device: [[t_us,
 #: value, kafka_us(, other fields)], ...]}
 PENDING_CHUNK = "earliest long, events string"
 
 
 class RuleMachine(StatefulProcessor):
-    """Keyed by a bucket of devices (:data:`DEVICE_BUCKETS`): ``pending``, the events the watermark has not passed
+    """Keyed by a bucket of devices (:func:`timers.device_bucket`): ``pending``, the events the watermark has not passed
     yet, as a list of chunks (one per micro-batch that brought some, :data:`PENDING_CHUNK`), and ``memory``, each
     device's rule memory, as JSON {device: memory}.
 
@@ -211,7 +207,7 @@ def rule_alert_stream(
             F.unix_micros("event_time").alias("event_time_us"),
             F.unix_micros("kafka_timestamp").alias("kafka_timestamp_us"),
             *(F.col(name).cast("string") for name in extra_fields_read(rules)),
-            F.pmod(F.hash("device_id"), F.lit(DEVICE_BUCKETS)).alias("device_bucket"),
+            timers.device_bucket(),
         )
         .groupBy("device_bucket")
         .transformWithStateInPandas(
