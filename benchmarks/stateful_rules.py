@@ -12,6 +12,9 @@ v2's shapes (windowed aggregates, patterns with a repeating and a ``not`` step, 
 unscoped, so every device runs every rule. It prints events/s for each, their ratio (the baseline is sampling,
 measured in the same run), the alerts the rules fired, and the batch times. At 10,000 events/s of fleet traffic and
 a ``10 seconds`` trigger, a query keeps up if it does at least 10,000 events/s over 100,000-event batches.
+
+Then the alert lifecycle (03's incidents) over the alerts the rules sent, ``--lifecycle-batch`` alerts a micro-batch
+(the soak's lifecycle takes a few thousand a batch): its alerts/s, and its seconds against sampling's.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from harness import (
 )
 
 from sensorcep.observability.monitoring import stop_session
-from sensorcep.pipeline import ingest, sampling, stateful_rules
+from sensorcep.pipeline import alert_lifecycle, ingest, sampling, stateful_rules
 from sensorcep.rules import catalog
 from sensorcep.runtime import get_spark
 
@@ -65,9 +68,10 @@ def main() -> None:
         help="bronze files per micro-batch of both queries (0: everything in one): a steady state of batches whose "
         "watermark releases the events of the batches before",
     )
+    parser.add_argument("--lifecycle-batch", type=int, default=2_000, help="alerts per alert lifecycle micro-batch")
     args = parser.parse_args()
 
-    with scratch_run("rules", ("events", "alerts"), max_offsets_per_trigger=str(args.batch)) as settings:
+    with scratch_run("rules", ("events", "alerts", "acks"), max_offsets_per_trigger=str(args.batch)) as settings:
         produce_backlog(settings, args.events, seed=3, devices=args.devices)
         spark = get_spark()
         ingest.start_ingest(spark, settings)
@@ -87,15 +91,30 @@ def main() -> None:
             lambda: sampling.start_sampling(spark, settings, events=bronze(spark, settings, args.files)),
         )
         alerts = alerts_sent(settings)
+        lifecycle_s, lifecycle_stats = timed(
+            "alert lifecycle",
+            lambda: alert_lifecycle.start_alert_lifecycle(
+                spark, settings.replace(max_offsets_per_trigger=args.lifecycle_batch)
+            ),
+        )
         print(f"\nstateful rules : {events / rules_s:>10,.0f} events/s  ({alerts:,} alerts)")
         print(f"sampling (02)  : {events / sampling_s:>10,.0f} events/s")
+        print(
+            f"alert lifecycle: {alerts / lifecycle_s:>10,.0f} alerts/s  ({lifecycle_s / sampling_s:.2f}x sampling's s)"
+        )
         print(f"ratio rules / sampling: {sampling_s / rules_s:.2f}x")
         stop_session(spark)
     figures = {"rule set": args.set, "bronze events": events, "devices": args.devices, "stateful rules": len(rules)}
     figures["bronze files per batch"] = args.files or "all"
     figures["alerts"] = alerts
-    for name, seconds, stats in (("stateful rules", rules_s, rules_stats), ("sampling", sampling_s, sampling_stats)):
-        figures[f"{name} (events/s)"] = events / seconds
+    figures["alert lifecycle (alerts/s)"] = alerts / lifecycle_s
+    for name, seconds, stats in (
+        ("stateful rules", rules_s, rules_stats),
+        ("sampling", sampling_s, sampling_stats),
+        ("alert lifecycle", lifecycle_s, lifecycle_stats),
+    ):
+        if name != "alert lifecycle":  # its input is the rules' alerts (alerts/s above), not the bronze events
+            figures[f"{name} (events/s)"] = events / seconds
         figures[f"{name} (s)"] = seconds
         figures[f"{name} (batches)"] = stats["batches"]
         figures[f"{name} (batch p50 ms)"] = stats["p50_ms"]

@@ -107,10 +107,11 @@ def test_a_checkpoint_of_another_format_is_refused_and_one_from_before_records_i
         check(settings, "q", tuple(FIXED))
 
 
-@pytest.mark.parametrize("query", ["device_activity", "stateful_rules"])
+@pytest.mark.parametrize("query", sorted(FORMATS))
 def test_a_query_whose_state_changed_refuses_a_checkpoint_of_the_format_before_and_says_what_changed(settings, query):
-    """The two queries dropped their deduplication (decision 0037), and the stateful rules keep their pending events in
-    chunks (decision 0045): Spark would read the state of the format before as theirs."""
+    """Device activity and the stateful rules dropped their deduplication (decision 0037) and are keyed by buckets of
+    devices (decision 0045), as is the alert lifecycle (decision 0046): Spark would read the state of the format before
+    as theirs."""
     fixed = registry.query(query).fixed_settings
     _started(settings, query)
     record = f"{settings.checkpoint_path(query)}/{RECORD}"

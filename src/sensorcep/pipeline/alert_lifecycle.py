@@ -3,10 +3,11 @@
 
 Alerts (read back from the alerts topic: the real-time query's and the stateful rules') and acks (the acks topic) in
 one stream, in event time (an alert at its event's time, an ack at its ``ack_time``), behind one watermark, keyed by
-(rule, device) into ``transformWithStateInPandas``. Per key the processor holds the open incident and the inputs the
-watermark has not passed yet; a timer at the oldest of them, and at the incident's next deadline (escalation, end of
-a snooze, quiet close), releases them in event-time order through :func:`sensorcep.rules.lifecycle.advance`: so the
-transitions do not depend on the micro-batches or the arrival order. What each transition means:
+a bucket of devices (:func:`~sensorcep.pipeline.timers.device_bucket`) into ``transformWithStateInPandas``. Per
+(rule, device) the processor holds the open incident and the inputs the watermark has not passed yet; a timer at the
+oldest of them, and at the incident's next deadline (escalation, end of a snooze, quiet close), releases them in
+event-time order through :func:`sensorcep.rules.lifecycle.advance`: so the transitions do not depend on the
+micro-batches or the arrival order. What each transition means:
 :mod:`sensorcep.rules.lifecycle`.
 
 An ack is a JSON object ``{"alert_id", "device_id", "rule_id", "ack_time", "acked_by", "action", "until"}``:
@@ -72,7 +73,9 @@ EVENT_COLUMNS = [
     "batch_id",
     "part_date",
 ]
-STATE_SCHEMA = "pending string, incident string"
+#: a chunk of a key's pending inputs: the earliest input time (µs), and the inputs as JSON [[rule_id, device_id,
+#: input], ...] (an input: :class:`lifecycle.Input`'s fields)
+PENDING_CHUNK = "earliest long, inputs string"
 
 
 def policies(rules: list[VersionedRule], settings: Settings) -> dict[str, lifecycle.Policy]:
@@ -85,73 +88,112 @@ def policies(rules: list[VersionedRule], settings: Settings) -> dict[str, lifecy
 
 
 class IncidentMachine(StatefulProcessor):
-    """Keyed by (rule_id, device_id): ``state`` = (pending inputs as JSON, the open incident as JSON or null)."""
+    """Keyed by a bucket of devices (:func:`timers.device_bucket`): ``pending``, the inputs the watermark has not passed
+    yet, as a list of chunks (one per micro-batch that brought some, :data:`PENDING_CHUNK`), and ``incidents``, the open
+    incident of each (rule, device) of the bucket, as JSON ``[[rule_id, device_id, incident], ...]``.
+
+    A batch's inputs are appended as one chunk. A timer at the earliest pending input (and at the earliest deadline of
+    an incident: escalation, end of a snooze, quiet close) releases, per (rule, device), every input at or before the
+    watermark through :func:`lifecycle.advance`, as the timer of a key per (rule, device) did; only the chunks that hold
+    such inputs are read, and each is replaced by what of it remains."""
 
     def __init__(self, by_rule: dict[str, lifecycle.Policy]):
         self.by_rule = by_rule
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.state = handle.getValueState("state", STATE_SCHEMA)
+        self.pending = handle.getListState("pending", PENDING_CHUNK)
+        self.incidents = handle.getValueState("incidents", "incidents string")
         self.passes = timers.Passes()
 
-    def _policy(self, key) -> lifecycle.Policy:
-        return self.by_rule.get(key[0], self.by_rule[""])
+    def _policy(self, rule_id: str) -> lifecycle.Policy:
+        return self.by_rule.get(rule_id, self.by_rule[""])
 
-    def _load(self) -> tuple[list, dict | None]:
-        held = self.state.get()  # None when the key has none: one round trip to the JVM, not two
-        return (json.loads(held[0]), json.loads(held[1])) if held else ([], None)
-
-    def _save(self, key, pending: list, incident: dict | None) -> None:
-        if pending or incident:
-            self.state.update((json.dumps(pending), json.dumps(incident)))
-        else:
-            self.state.clear()
-        deadlines = [min(p["at_us"] for p in pending)] if pending else []
-        deadline = lifecycle.next_deadline_us(incident, self._policy(key))
-        if deadline is not None:
-            deadlines.append(deadline)
-        timers.arm(self.handle, deadlines)
+    def _deadline(self, incident_key: tuple[str, str], incident: dict) -> int:
+        found = lifecycle.next_deadline_us(incident, self._policy(incident_key[0]))
+        return NO_DEADLINE if found is None else found
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        pending, incident = self._load()
+        inputs = []
         for frame in rows:
-            for row in frame[INPUT_COLUMNS[2:]].itertuples(index=False):
-                pending.append(
-                    {
-                        "at_us": int(row.at_us),
-                        "kind": row.kind,
-                        "alert_id": row.alert_id,
-                        "action": row.action or "ack",
-                        "until_us": None if pd.isna(row.until_us) else int(row.until_us),
-                        "actor": None if pd.isna(row.actor) else row.actor,
-                        "alert": json.loads(row.alert) if isinstance(row.alert, str) else {},
-                    }
-                )
-        self._save(key, pending, incident)
+            for row in frame[INPUT_COLUMNS].itertuples(index=False):
+                item = {
+                    "at_us": int(row.at_us),
+                    "kind": row.kind,
+                    "alert_id": row.alert_id,
+                    "action": row.action or "ack",
+                    "until_us": None if pd.isna(row.until_us) else int(row.until_us),
+                    "actor": None if pd.isna(row.actor) else row.actor,
+                    "alert": json.loads(row.alert) if isinstance(row.alert, str) else {},
+                }
+                inputs.append([row.rule_id, row.device_id, item])
+        if inputs:
+            earliest = min(item["at_us"] for _, _, item in inputs)
+            self.pending.appendValue((earliest, json.dumps(inputs)))
+            timers.arm_before(self.handle, earliest)
         return iter([])
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
         watermark_ms = self.passes.first(key, timerValues)
         if watermark_ms is None:
             return
-        pending, incident = self._load()
         watermark_us = watermark_ms * 1000
-        final = [lifecycle.Input(**p) for p in pending if p["at_us"] <= watermark_us]
-        steps, incident = lifecycle.advance(incident, final, watermark_us, self._policy(key))
-        self._save(key, [p for p in pending if p["at_us"] > watermark_us], incident)
-        if steps:
-            yield pd.DataFrame([output_row(key, step) for step in steps], columns=OUTPUT_COLUMNS)
+        chunks, final, changed = [], {}, False
+        for earliest, text in self.pending.get():
+            if earliest > watermark_us:  # none of its inputs is final yet: kept as it is
+                chunks.append((earliest, text))
+                continue
+            changed, rest = True, []
+            for rule_id, device_id, item in json.loads(text):
+                if item["at_us"] <= watermark_us:
+                    final.setdefault((rule_id, device_id), []).append(lifecycle.Input(**item))
+                else:
+                    rest.append([rule_id, device_id, item])
+            if rest:
+                chunks.append((min(item["at_us"] for _, _, item in rest), json.dumps(rest)))
+        held = self.incidents.get()  # None when the key has none: one round trip to the JVM, not two
+        incidents = {(rule_id, device_id): found for rule_id, device_id, found in json.loads(held[0])} if held else {}
+        due = [k for k, found in incidents.items() if k not in final and self._deadline(k, found) <= watermark_us]
+        rows = []
+        for rule_id, device_id in [*final, *due]:
+            steps, incident = lifecycle.advance(
+                incidents.get((rule_id, device_id)),
+                final.get((rule_id, device_id), []),
+                watermark_us,
+                self._policy(rule_id),
+            )
+            if incident:
+                incidents[(rule_id, device_id)] = incident
+            else:
+                incidents.pop((rule_id, device_id), None)
+            rows += [output_row(rule_id, device_id, step) for step in steps]
+        if changed and chunks:
+            self.pending.put(chunks)
+        elif changed:
+            self.pending.clear()
+        if final or due:
+            if incidents:
+                self.incidents.update((json.dumps([[r, d, found] for (r, d), found in incidents.items()]),))
+            else:
+                self.incidents.clear()
+        deadlines = [earliest for earliest, _ in chunks] + [self._deadline(k, found) for k, found in incidents.items()]
+        timers.arm(self.handle, [d for d in deadlines if d != NO_DEADLINE])
+        if rows:
+            yield pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
 
     def close(self) -> None:
         pass
 
 
-def output_row(key, step: lifecycle.Transition) -> dict:
+#: :meth:`IncidentMachine._deadline` of an incident that has none (latched and escalated: open until acked)
+NO_DEADLINE = 2**63 - 1
+
+
+def output_row(rule_id: str, device_id: str, step: lifecycle.Transition) -> dict:
     return {
         "incident_id": step.incident_id,
-        "rule_id": key[0],
-        "device_id": key[1],
+        "rule_id": rule_id,
+        "device_id": device_id,
         "transition": step.transition,
         "at_us": step.at_us,
         "cause_id": step.cause_id,
@@ -241,8 +283,10 @@ def transitions_of(timed: DataFrame, by_rule: dict[str, lifecycle.Policy]) -> Da
     return (
         timed.withColumn("record_id", record)
         .dropDuplicates(["record_id", "event_time"])
-        .select(*INPUT_COLUMNS[:2], F.unix_micros("event_time").alias("at_us"), *INPUT_COLUMNS[3:])
-        .groupBy("rule_id", "device_id")
+        .select(
+            *INPUT_COLUMNS[:2], F.unix_micros("event_time").alias("at_us"), *INPUT_COLUMNS[3:], timers.device_bucket()
+        )
+        .groupBy("device_bucket")
         .transformWithStateInPandas(
             statefulProcessor=IncidentMachine(by_rule),
             outputStructType=OUTPUT_SCHEMA,

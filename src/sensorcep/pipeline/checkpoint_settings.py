@@ -31,6 +31,11 @@ FORMAT = 1
 #: queries whose state changed incompatibly since format 1: the format this version writes, and what changed (raise a
 #: query's format when its operators or their state change: Spark would read the old state into the new operators)
 FORMATS = {
+    "alert_lifecycle": (
+        2,
+        "its state is keyed by buckets of devices, not by (rule, device), and keeps pending inputs in chunks "
+        "(decision 0046)",
+    ),
     "device_activity": (
         3,
         "its state is keyed by buckets of devices, not by device (decision 0045)",
