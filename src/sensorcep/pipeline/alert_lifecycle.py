@@ -95,7 +95,8 @@ class IncidentMachine(StatefulProcessor):
     A batch's inputs are appended as one chunk. A timer at the earliest pending input (and at the earliest deadline of
     an incident: escalation, end of a snooze, quiet close) releases, per (rule, device), every input at or before the
     watermark through :func:`lifecycle.advance`, as the timer of a key per (rule, device) did; only the chunks that hold
-    such inputs are read, and each is replaced by what of it remains."""
+    such inputs are parsed, each replaced by what of it remains (the list is written again only then). A key may hold
+    a later timer too (one armed before an earlier one): when it fires with nothing due, it arms the next."""
 
     def __init__(self, by_rule: dict[str, lifecycle.Policy]):
         self.by_rule = by_rule

@@ -60,7 +60,7 @@ class RuleMachine(StatefulProcessor):
     A batch's events are appended as one chunk: the events already pending are neither read nor written again. A timer
     at the earliest pending event (and at the earliest deadline of a device's absence, window or pattern) releases, per
     device, every event at or before the watermark, as one timer a device did; only the chunks that hold such events
-    are read, and each is replaced by what of it remains."""
+    are parsed, each replaced by what of it remains (the list is written again only then)."""
 
     def __init__(self, rules: list[VersionedRule], scoped: dict[tuple, list[str]]):
         self.rules, self.scoped, self.fields = rules, scoped, extra_fields_read(rules)
