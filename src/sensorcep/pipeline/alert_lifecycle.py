@@ -112,7 +112,7 @@ class IncidentMachine(StatefulProcessor):
 
     def _deadline(self, incident_key: tuple[str, str], incident: dict) -> int:
         found = lifecycle.next_deadline_us(incident, self._policy(incident_key[0]))
-        return NO_DEADLINE if found is None else found
+        return timers.NO_DEADLINE if found is None else found
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
         inputs = []
@@ -178,16 +178,12 @@ class IncidentMachine(StatefulProcessor):
             else:
                 self.incidents.clear()
         deadlines = [earliest for earliest, _ in chunks] + [self._deadline(k, found) for k, found in incidents.items()]
-        timers.arm(self.handle, [d for d in deadlines if d != NO_DEADLINE])
+        timers.arm(self.handle, [d for d in deadlines if d != timers.NO_DEADLINE])
         if rows:
             yield pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
 
     def close(self) -> None:
         pass
-
-
-#: :meth:`IncidentMachine._deadline` of an incident that has none (latched and escalated: open until acked)
-NO_DEADLINE = 2**63 - 1
 
 
 def output_row(rule_id: str, device_id: str, step: lifecycle.Transition) -> dict:

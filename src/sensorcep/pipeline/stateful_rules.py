@@ -135,7 +135,7 @@ class RuleMachine(StatefulProcessor):
         else:
             self.memory.clear()
         deadlines = [earliest for earliest, _ in chunks] + [_deadline(self.rules, m) for m in memories.values()]
-        timers.arm(self.handle, [d for d in deadlines if d != NO_DEADLINE])
+        timers.arm(self.handle, [d for d in deadlines if d != timers.NO_DEADLINE])
         if rows:
             yield pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
 
@@ -143,13 +143,9 @@ class RuleMachine(StatefulProcessor):
         pass
 
 
-#: :func:`_deadline` of a device whose memory has none
-NO_DEADLINE = 2**63 - 1
-
-
 def _deadline(rules: list[VersionedRule], memory: dict) -> int:
     found = sequential.next_deadline_us(rules, memory)
-    return NO_DEADLINE if found is None else found
+    return timers.NO_DEADLINE if found is None else found
 
 
 def extra_fields_read(rules: list[VersionedRule]) -> list[str]:

@@ -20,6 +20,9 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 #: device cost a dozen round trips to the state server and a pandas frame per device every batch, the largest part of
 #: such a query's time (decision 0045); also the most tasks its processor can use at once
 DEVICE_BUCKETS = 64
+#: the deadline (µs) of a device or incident that has none: later than any other, and never armed (:func:`arm` is
+#: given the deadlines without it)
+NO_DEADLINE = 2**63 - 1
 
 
 def device_bucket() -> Column:
