@@ -160,6 +160,10 @@ FEEDERS = {
 #: test. Alone on 2 cores a point's run reaches it in 7-18 s (its queries only); ``make test`` runs the fault test
 #: beside the suite's other worker, which can double that
 POINT_WAIT_S = 480
+#: runs not killed at a point that may end by themselves (exit 1) in one fault run before it fails: one, as a
+#: point's run that fails by itself is started again once (seen in 2026-11's CI runs: the job left while its
+#: real-time alert query was started again, ``stop_alerts``; each run's transcript is kept, :attr:`Driver.transcript`)
+RUN_FAILURES_ALLOWED = 1
 
 
 @dataclass(frozen=True)
@@ -447,7 +451,7 @@ class Driver:
             **({"queries": ",".join(queries)} if queries else {}),
         }
         args = [sys.executable, str(DRIVER), json.dumps(given)] + ([point] if point else [])
-        self.point, self.log, self.lines, self.writes = point, log, [], 0
+        self.point, self.log, self.lines, self.writes, self.params = point, log, [], 0, params
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
             args,
@@ -471,6 +475,12 @@ class Driver:
             if into is self.lines and line.startswith("write "):
                 self.writes += 1
 
+    @property
+    def transcript(self) -> Path:
+        """Where :meth:`end` keeps all the run printed (beside the run's ``base_path``): the errors a failure message
+        quotes are only its lines that name an error."""
+        return Path(self.params["base_path"]).parent / "runs" / f"{self.proc.pid}-{self.point or 'run'}.log"
+
     def wait_for(self, condition: Callable[[], bool], timeout_s: float, what: str) -> bool:
         """Until ``condition()`` or the process ends; raises after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
@@ -491,6 +501,8 @@ class Driver:
         code = self.proc.wait(timeout=timeout_s)
         for reader in self._readers:
             reader.join(10)
+        self.transcript.parent.mkdir(parents=True, exist_ok=True)
+        self.transcript.write_text("\n".join([*self.lines, "--- stderr ---", *self.stderr, f"--- exit {code}"]))
         return code
 
     def refusal(self) -> tuple[int | None, str]:
@@ -517,7 +529,8 @@ class Driver:
     def errors(self) -> str:
         """The run's error lines: the first ones (the cause) and the last ones (how it ended)."""
         text = "\n".join(line for line in self.stderr if "Error" in line or "Exception" in line or line.startswith("✘"))
-        return text if len(text) <= 6000 else f"{text[:3000]}\n...\n{text[-3000:]}"
+        text = text if len(text) <= 6000 else f"{text[:3000]}\n...\n{text[-3000:]}"
+        return f"{text}\n(all it printed: {self.transcript})"
 
 
 @dataclass
@@ -549,6 +562,8 @@ class Nemesis:
     missed: list[str] = field(default_factory=list)
     #: the id of the message each delivery kill came right after: its replay must send it again
     resent_after_kill: list[str] = field(default_factory=list)
+    #: the runs that ended by themselves with no point armed (:meth:`_failed_by_itself`)
+    run_failures: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         self.settings = Settings(
@@ -645,10 +660,25 @@ class Nemesis:
         return self.driver
 
     def _end_run(self) -> None:
+        ended = self.driver.proc.poll() is not None  # by itself, before this kill
         code = self.driver.kill()
-        # a run may fail on the broker's outage after the broker action returned: the job would be started again
-        self._expect_exit(code, allowed=(-signal.SIGKILL, 1) if self.broker_killed else (-signal.SIGKILL,))
+        if ended and code == 1 and not self.broker_killed:
+            self._failed_by_itself()
+        else:  # a run may fail on the broker's outage after the broker action returned: the job would start again
+            self._expect_exit(code, allowed=(-signal.SIGKILL, 1) if self.broker_killed else (-signal.SIGKILL,))
         self.driver, self.broker_killed = None, False
+
+    def _failed_by_itself(self) -> None:
+        """A run not killed at a point ended by itself (exit 1) before the nemesis ended it: Databricks would start the
+        always-on job's task again (``ON_FAILURE``), and so does the next action. The verdict still judges every
+        table; more than :data:`RUN_FAILURES_ALLOWED` such runs fail the test, naming each."""
+        said = [line for line in self.driver.stderr if "Error" in line or "Exception" in line]
+        last = (said or ["no error line"])[-1][:160]
+        self.run_failures.append(f"{self.driver.point or 'a run'}: exit 1, {last} ({self.driver.transcript})")
+        self.log(f"    the run of {self.driver.point or 'the job'} failed by itself: {self.run_failures[-1]}")
+        assert len(self.run_failures) <= RUN_FAILURES_ALLOWED, "runs failed by themselves:\n" + "\n".join(
+            self.run_failures
+        )
 
     def _expect_exit(self, code: int, allowed: tuple[int, ...]) -> None:
         assert code in allowed, f"the job exited {code} ({self.driver.point}):\n{self.driver.errors()}"
