@@ -125,6 +125,10 @@ def test_a_query_whose_state_changed_refuses_a_checkpoint_of_the_format_before_a
     refused = rf"format {now - 1}, .* writes format {now}: {re.escape(changed)}; .*query_suffix"
     with pytest.raises(SettingsChangedError, match=refused):
         check(settings, query, fixed)
+    os.remove(record)  # a checkpoint made before records: format 1, not this version's
+    with pytest.raises(SettingsChangedError, match=rf"format {FORMAT}, .* writes format {now}: {re.escape(changed)}"):
+        check(settings, query, fixed)
+    assert not os.path.exists(record), "a refused checkpoint is left as it was"
 
 
 def test_a_new_checkpoint_records_whatever_the_settings_are(settings):

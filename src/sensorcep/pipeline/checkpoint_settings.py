@@ -9,9 +9,10 @@ values in the checkpoint (:data:`RECORD`, beside Spark's own files) and every la
 ways on. Every other change goes on (:data:`GOES_ON` says why each of the usual ones is safe).
 
 The record also names the query's checkpoint format (:func:`format_of`); a checkpoint of another format is refused the
-same way, saying what changed. A checkpoint made before records existed is adopted (its values are recorded as they
-are now). The record is read and written as a file: local paths and Unity Catalog volumes (``/Volumes/...``);
-elsewhere there is no check.
+same way, saying what changed. A checkpoint made before records existed is of format 1: it is adopted (its values are
+recorded as they are now) where format 1 is still the query's, and refused like any other where it is not. The
+record is read and written as a file: local paths and Unity Catalog volumes (``/Volumes/...``); elsewhere there is no
+check.
 """
 
 from __future__ import annotations
@@ -95,11 +96,14 @@ def check(settings: Settings, query: str, fixed: tuple[str, ...]) -> None:
     now = {name: _value(settings, name) for name in fixed}
     recorded = _read(path)
     planned = bool(checkpoint_log.batches(checkpoint, "offsets"))
-    if not planned or recorded is None:
-        if recorded is None and planned:
-            log.warning("query %s: its checkpoint has no settings record (made before records): adopted", query)
+    if not planned:
         _write(path, query, now)
         return
+    if recorded is None:  # made before records, so format 1: adopted where that is still this version's format
+        recorded = {"format": FORMAT, "settings": now}
+        if format_of(query) == FORMAT:
+            log.warning("query %s: its checkpoint has no settings record (made before records): adopted", query)
+            _write(path, query, now)
     name = settings.query_name(query)
     if recorded.get("format") != format_of(query):
         what = FORMATS[query][1] if query in FORMATS else "its state is not what this version's operators read"
