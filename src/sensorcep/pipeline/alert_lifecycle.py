@@ -139,19 +139,18 @@ class IncidentMachine(StatefulProcessor):
         if watermark_ms is None:
             return
         watermark_us = watermark_ms * 1000
-        chunks, final, changed = [], {}, False
-        for earliest, text in self.pending.get():
-            if earliest > watermark_us:  # none of its inputs is final yet: kept as it is
-                chunks.append((earliest, text))
-                continue
-            changed, rest = True, []
+        final: dict[tuple[str, str], list[lifecycle.Input]] = {}
+
+        def take(text: str) -> tuple[int, str] | None:
+            rest = []
             for rule_id, device_id, item in json.loads(text):
                 if item["at_us"] <= watermark_us:
                     final.setdefault((rule_id, device_id), []).append(lifecycle.Input(**item))
                 else:
                     rest.append([rule_id, device_id, item])
-            if rest:
-                chunks.append((min(item["at_us"] for _, _, item in rest), json.dumps(rest)))
+            return (min(item["at_us"] for _, _, item in rest), json.dumps(rest)) if rest else None
+
+        waiting = timers.release_chunks(self.pending, watermark_us, take)
         held = self.incidents.get()  # None when the key has none: one round trip to the JVM, not two
         incidents = {(rule_id, device_id): found for rule_id, device_id, found in json.loads(held[0])} if held else {}
         due = [k for k, found in incidents.items() if k not in final and self._deadline(k, found) <= watermark_us]
@@ -168,16 +167,12 @@ class IncidentMachine(StatefulProcessor):
             else:
                 incidents.pop((rule_id, device_id), None)
             rows += [output_row(rule_id, device_id, step) for step in steps]
-        if changed and chunks:
-            self.pending.put(chunks)
-        elif changed:
-            self.pending.clear()
         if final or due:
             if incidents:
                 self.incidents.update((json.dumps([[r, d, found] for (r, d), found in incidents.items()]),))
             else:
                 self.incidents.clear()
-        deadlines = [earliest for earliest, _ in chunks] + [self._deadline(k, found) for k, found in incidents.items()]
+        deadlines = waiting + [self._deadline(k, found) for k, found in incidents.items()]
         timers.arm(self.handle, [d for d in deadlines if d != timers.NO_DEADLINE])
         if rows:
             yield pd.DataFrame(rows, columns=OUTPUT_COLUMNS)

@@ -95,17 +95,16 @@ class RuleMachine(StatefulProcessor):
         if watermark_ms is None:
             return
         watermark_us = watermark_ms * 1000
-        chunks, final, changed = [], {}, False
-        for earliest, text in self.pending.get():
-            if earliest > watermark_us:  # none of its events is final yet: kept as it is
-                chunks.append((earliest, text))
-                continue
-            changed, rest = True, {}
+        final: dict[str, list] = {}
+
+        def take(text: str) -> tuple[int, str] | None:
+            rest: dict[str, list] = {}
             for device, events in json.loads(text).items():
                 for event in events:
                     (final if event[0] <= watermark_us else rest).setdefault(device, []).append(event)
-            if rest:
-                chunks.append((min(e[0] for events in rest.values() for e in events), json.dumps(rest)))
+            return (min(e[0] for events in rest.values() for e in events), json.dumps(rest)) if rest else None
+
+        waiting = timers.release_chunks(self.pending, watermark_us, take)
         held = self.memory.get()
         memories = json.loads(held[0]) if held else {}
         due = [d for d, memory in memories.items() if d not in final and _deadline(self.rules, memory) <= watermark_us]
@@ -126,15 +125,11 @@ class RuleMachine(StatefulProcessor):
                      "spread": spread}
                     for r, n, mean, spread, as_of in sequential.baselines(self.rules, memory)
                 ]  # fmt: skip
-        if changed and chunks:
-            self.pending.put(chunks)
-        elif changed:
-            self.pending.clear()
         if memories:
             self.memory.update((json.dumps(memories),))
         else:
             self.memory.clear()
-        deadlines = [earliest for earliest, _ in chunks] + [_deadline(self.rules, m) for m in memories.values()]
+        deadlines = waiting + [_deadline(self.rules, m) for m in memories.values()]
         timers.arm(self.handle, [d for d in deadlines if d != timers.NO_DEADLINE])
         if rows:
             yield pd.DataFrame(rows, columns=OUTPUT_COLUMNS)

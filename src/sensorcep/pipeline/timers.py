@@ -10,7 +10,7 @@ everything that is final and the others do nothing (:class:`Passes`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -46,6 +46,28 @@ def arm_before(handle, deadline_us: int) -> None:
     timer_ms = -(-deadline_us // 1000)
     if all(timer_ms < held for held in handle.listTimers()):
         handle.registerTimer(timer_ms)
+
+
+def release_chunks(pending, watermark_us: int, take: Callable[[str], tuple[int, str] | None]) -> list[int]:
+    """Release what the watermark passed from a key's pending chunks (a ``ListState`` of (earliest µs, text), one per
+    micro-batch that brought inputs): a chunk whose earliest input is after the watermark is kept as it is, unread;
+    every other chunk's text goes to ``take``, which keeps the chunk's final inputs (at or before the watermark) and
+    returns the (earliest µs, text) of the rest, or None. The list is written back only when a chunk changed. Returns
+    the earliest time of each chunk still pending (for :func:`arm`)."""
+    chunks, changed = [], False
+    for earliest, text in pending.get():
+        if earliest > watermark_us:  # none of its inputs is final yet
+            chunks.append((earliest, text))
+            continue
+        changed = True
+        rest = take(text)
+        if rest is not None:
+            chunks.append(rest)
+    if changed and chunks:
+        pending.put(chunks)
+    elif changed:
+        pending.clear()
+    return [earliest for earliest, _ in chunks]
 
 
 class Passes:
