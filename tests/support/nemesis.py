@@ -562,7 +562,7 @@ class Nemesis:
     missed: list[str] = field(default_factory=list)
     #: the id of the message each delivery kill came right after: its replay must send it again
     resent_after_kill: list[str] = field(default_factory=list)
-    #: the runs that ended by themselves with no point armed (:meth:`_failed_by_itself`)
+    #: the runs not killed at a point that ended by themselves (:meth:`_failed_by_itself`)
     run_failures: list[str] = field(default_factory=list)
 
     def __post_init__(self):
