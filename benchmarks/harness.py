@@ -377,6 +377,30 @@ def batch_stats(durations_ms: Sequence[float]) -> dict[str, float]:
 SPARK_PARTS = ("spark JVM", "python workers", "driver")
 
 
+#: HotSpot's threads of two kinds by their names (``/proc/<pid>/task/<tid>/comm``, cut at 15 characters): the JIT
+#: compilers, and the garbage collector's threads (G1's, and the parallel collector's workers; the serial collector
+#: runs in the VM thread, which is not counted)
+JVM_THREAD_KINDS = {"JIT compilers": ("C1 CompilerThre", "C2 CompilerThre"), "GC": ("GC Thread", "G1 ")}
+
+
+def jvm_thread_seconds(pid: int) -> dict[tuple[int, str], float]:
+    """CPU seconds each thread of the process has used so far, for its threads of a kind in :data:`JVM_THREAD_KINDS`,
+    by (thread id, kind) (Linux's /proc; elsewhere none). A thread that ended is not there: HotSpot adds and removes
+    compiler threads as its queue grows, so a kind's figure is a lower bound."""
+    found: dict[tuple[int, str], float] = {}
+    tasks = Path(f"/proc/{pid}/task")
+    for thread in tasks.iterdir() if tasks.is_dir() else ():
+        try:
+            name = (thread / "comm").read_text().rstrip("\n")
+            kind = next((k for k, prefixes in JVM_THREAD_KINDS.items() if name.startswith(prefixes)), None)
+            if kind is not None:
+                fields = (thread / "stat").read_text().rsplit(")", 1)[1].split()
+                found[(int(thread.name), kind)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:  # the thread ended between the listing and the reading
+            continue
+    return found
+
+
 def _is_broker(process: psutil.Process) -> bool:
     try:
         return "kafka.Kafka" in (process.cmdline() or [])
@@ -394,13 +418,18 @@ class CpuMeter:
     Python worker that ends between two readings is neither lost nor counted twice. A parent that ignores SIGCHLD
     (PySpark's worker daemon) has its children reaped by the kernel, which adds nothing to its reaped-children time:
     what was counted of them stays, and no more than that time grew by is taken back. The broker's JVM is never the
-    Spark JVM, even when this process started it (``broker.up``).
+    Spark JVM, even when this process started it (``broker.up``). Of the Spark JVM's time, it also tells its JIT
+    compilers' and its garbage collector's (:meth:`spark_jvm_thread_cores`).
     """
 
     def __init__(self, producer_pid: int | None = None):
         self.producer_pid = producer_pid
         # pid: (CPU seconds counted so far, its parent's pid, its reaped children's CPU seconds)
         self.counted: dict[int, tuple[float, int, float]] = {}
+        # the Spark JVM's threads of a kind (:data:`JVM_THREAD_KINDS`): (tid, kind): CPU seconds counted so far; and
+        # what each kind used between the last two readings
+        self.threads_counted: dict[tuple[int, str], float] = {}
+        self.spark_jvm_threads: dict[str, float] = {}
         self.at, self.interval = time.monotonic(), 0.0
         self.read()
 
@@ -420,7 +449,8 @@ class CpuMeter:
     def read(self) -> dict[str, float]:
         """CPU seconds (user + system) per part since the last reading; the first reading: since each started."""
         now, used, counted, part_of = time.monotonic(), {}, {}, {}
-        for part, processes in self.parts().items():
+        parts = self.parts()
+        for part, processes in parts.items():
             used[part] = 0.0
             for process in processes:
                 try:
@@ -439,6 +469,11 @@ class CpuMeter:
         for parent, seconds in gone.items():  # reaped: the parent's count holds them again, as far as it grew
             grew = counted[parent][2] - self.counted.get(parent, (0.0, 0, 0.0))[2]
             used[part_of[parent]] -= min(seconds, max(grew, 0.0))
+        threads = {key: s for jvm in parts.get("spark JVM", ()) for key, s in jvm_thread_seconds(jvm.pid).items()}
+        self.spark_jvm_threads = {kind: 0.0 for kind in JVM_THREAD_KINDS}
+        for (tid, kind), seconds in threads.items():  # a thread that ended since the last reading: its time is lost
+            self.spark_jvm_threads[kind] += seconds - self.threads_counted.get((tid, kind), 0.0)
+        self.threads_counted = threads
         self.counted, self.interval, self.at = counted, now - self.at, now
         return used
 
@@ -446,6 +481,10 @@ class CpuMeter:
         """CPU cores per part since the last reading: its CPU seconds over the wall-clock seconds between readings."""
         used = self.read()
         return {part: seconds / self.interval for part, seconds in used.items()}
+
+    def spark_jvm_thread_cores(self) -> dict[str, float]:
+        """Of the Spark JVM's cores between the last two readings: its JIT compilers' and its garbage collector's."""
+        return {kind: seconds / self.interval for kind, seconds in self.spark_jvm_threads.items()}
 
     def read_spark(self) -> float:
         """CPU seconds of Spark's parts alone (:data:`SPARK_PARTS`) since the last reading."""

@@ -23,11 +23,18 @@ micro-batches in the window (triggers that ran a batch) and their median duratio
 
 from __future__ import annotations
 
-import os
 import statistics
-from pathlib import Path
 
-from harness import CpuMeter, always_on_window, argument_parser, progress, record, scratch_run, stateful_rule_set
+from harness import (
+    CpuMeter,
+    always_on_window,
+    argument_parser,
+    jvm_thread_seconds,
+    progress,
+    record,
+    scratch_run,
+    stateful_rule_set,
+)
 
 from sensorcep.observability.monitoring import stop_session
 from sensorcep.rules import catalog
@@ -38,16 +45,12 @@ from sensorcep.settings import parse_duration
 
 def jit_seconds(clock: CpuMeter) -> float:
     """CPU seconds the Spark JVM's JIT compiler threads (HotSpot's ``C1``/``C2 CompilerThread``) have used so far."""
-    total = 0.0
-    for jvm in clock.parts()["spark JVM"]:
-        for thread in Path(f"/proc/{jvm.pid}/task").iterdir():
-            try:
-                if (thread / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
-                    fields = (thread / "stat").read_text().rsplit(")", 1)[1].split()
-                    total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            except OSError:  # a compiler thread that ended (HotSpot adds and removes them as the queue grows)
-                continue
-    return total
+    return sum(
+        seconds
+        for jvm in clock.parts()["spark JVM"]
+        for (_, kind), seconds in jvm_thread_seconds(jvm.pid).items()
+        if kind == "JIT compilers"
+    )
 
 
 def idle(spark, settings, args, clock: CpuMeter) -> tuple[float, list[dict]]:

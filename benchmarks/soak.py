@@ -10,10 +10,11 @@ application (their FAIR pools; ``--alerts-trigger`` for alerts, ``--trigger`` fo
 prints, per query: input rate vs processing rate over that minute (offsets produced / processed per second of wall
 clock, so a query that cannot keep up shows a lower number), p95 batch time, state rows, and how far behind the
 topic's end the query is (lag, in events and in seconds of input); plus the live JVM heap, the Python workers' own
-memory and the CPU cores each part uses. At the end: whether state rows, the live heap and the workers' memory stayed
-flat (windows are freed, nothing piles up in a reused worker) and every query kept up
-(its lag did not grow from the first half to the second). After the producer stops: how long each query takes to
-process the whole topic. The run's topics are deleted at the end.
+memory and the CPU cores each part uses (and of the Spark JVM's, how many its JIT compilers and its garbage collector
+took: a JVM started cold still compiles Spark's code minutes into the run). At the end: whether state rows, the
+live heap and the workers' memory stayed flat (windows are freed, nothing piles up in a reused worker) and every
+query kept up (its lag did not grow from the first half to the second). After the producer stops: how long each
+query takes to process the whole topic. The run's topics are deleted at the end.
 
 Measure on a freshly started broker with nothing else running (``make broker-down``, ``rm -rf .broker``,
 ``make broker-up``): the machine has 2 cores; the producer and the broker take about a sixth of one.
@@ -261,7 +262,7 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
         f"{'min':>3} {'query':16} {'batches':>7} {'in/s':>7} {'processed/s':>11} {'p95 ms':>7} {'state rows':>10} "
         f"{'lag events':>10} {'lag s':>6} {'live heap MB':>12}"
     )
-    rows, heaps, worker_memory, cores = [], [], [], []
+    rows, heaps, worker_memory, cores, threads = [], [], [], [], []
     started, produced_before, done = time.monotonic(), 0, {}
     for minute in range(1, args.minutes + 1):
         since = datetime.now().astimezone()
@@ -294,7 +295,15 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
             )
         produced_before = end
         cores.append(cpu.read_cores())
-        print(f"    cpu cores: {cpu_line(cores[-1])}", flush=True)
+        threads.append(cpu.spark_jvm_thread_cores())
+        for row in rows[-len(queries) :]:  # the minute's rows: what the Spark JVM's JIT and collector took of it
+            row.update({f"spark_{kind.split()[0].lower()}_cores": used for kind, used in threads[-1].items()})
+        print(
+            f"    cpu cores: {cpu_line(cores[-1])} (of the Spark JVM: "
+            + ", ".join(f"{kind} {used:.2f}" for kind, used in threads[-1].items())
+            + ")",
+            flush=True,
+        )
     out.get(timeout=120)  # the producer hands back its send log before it can exit
     producer.join(timeout=60)
 
@@ -318,6 +327,11 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
     figures[f"steady cpu, minutes 3-{args.minutes}: Spark (cores)"] = statistics.mean(
         sum(c[part] for part in SPARK_PARTS) for c in steady
     )
+    for kind in threads[0]:  # the JIT still compiling Spark's code minutes into a run is a cold JVM's (decision 0048)
+        figures[f"steady cpu, minutes 3-{args.minutes}: of the Spark JVM, {kind} (cores)"] = statistics.mean(
+            t[kind] for t in (threads[2:] or threads)
+        )
+        figures[f"cpu, last minute: of the Spark JVM, {kind} (cores)"] = threads[-1][kind]
     print(f"  mean cpu cores over the run: {cpu_line(mean)}")
     print(drained)
     figures.update({f"mean cpu: {group} (cores)": used for group, used in mean.items()})

@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -372,3 +373,38 @@ def test_the_cpu_meter_counts_a_child_that_ended_once(harness, sigchld):
         parent.stdin.write("\n")
         parent.stdin.flush()
         parent.wait(timeout=10)
+
+
+def test_the_cpu_meter_tells_the_jit_compilers_share_of_the_spark_jvm_by_thread_name(harness):
+    """A thread named as HotSpot names its JIT compilers is counted as one; the process's other threads are not."""
+    import threading
+
+    import psutil
+
+    class Meter(harness.CpuMeter):
+        def parts(self):
+            return {"spark JVM": [psutil.Process()]}
+
+    burned, read = threading.Barrier(3), threading.Event()
+
+    def burn(name: str) -> None:
+        Path(f"/proc/self/task/{threading.get_native_id()}/comm").write_text(name)
+        end = time.thread_time() + 0.3
+        while time.thread_time() < end:
+            pass
+        burned.wait()
+        read.wait()  # a thread that ended before the reading is not there to be counted
+
+    meter = Meter()
+    # the kernel keeps 15 characters of a name: HotSpot's "C2 CompilerThread0" is "C2 CompilerThre"
+    threads = [threading.Thread(target=burn, args=(name,)) for name in ("C2 CompilerThread0", "Executor task")]
+    for thread in threads:
+        thread.start()
+    burned.wait()
+    meter.read()
+    read.set()
+    for thread in threads:
+        thread.join()
+    assert set(meter.spark_jvm_thread_cores()) == {"JIT compilers", "GC"}
+    assert 0.25 <= meter.spark_jvm_threads["JIT compilers"] <= 0.5
+    assert meter.spark_jvm_threads["GC"] == 0
