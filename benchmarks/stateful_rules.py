@@ -22,6 +22,7 @@ from __future__ import annotations
 from contextlib import closing
 
 from harness import (
+    CpuMeter,
     argument_parser,
     batch_stats,
     kafka_consumer,
@@ -40,15 +41,22 @@ from sensorcep.rules import catalog
 from sensorcep.runtime import get_spark
 
 
-def timed(label: str, run) -> tuple[float, dict]:
-    """Run a query to its end and print how long it and its micro-batches took: its seconds and batch statistics."""
+def timed(label: str, run, clock: CpuMeter) -> tuple[float, dict]:
+    """Run a query to its end and print how long it and its micro-batches took, and the CPU Spark used meanwhile: its
+    seconds and batch statistics, with ``spark_core_s`` and ``jit_core_s`` (of it, the JVM's JIT compilers: the
+    queries run one after another in one JVM, and the first pays most of its warm-up, decision 0048)."""
+    clock.read()
     elapsed, _, batches = run_to_end(run)
+    spark_core_s = clock.read_spark()
     stats = batch_stats([p["batchDuration"] for p in batches])
+    stats.update(spark_core_s=spark_core_s, jit_core_s=clock.spark_jvm_threads["JIT compilers"])
     print(
         f"  {label:<16} {elapsed:6.1f} s, {stats['batches']} batches, batch p50 {stats['p50_ms']:,.0f} ms, "
         f"max {stats['max_ms']:,.0f} ms"
         if batches
         else f"  {label:<16} {elapsed:6.1f} s, no batch with input",
+        f"; Spark {spark_core_s:.1f} core-s, of it the JIT compilers {stats['jit_core_s']:.1f}",
+        sep="",
         flush=True,
     )
     return elapsed, stats
@@ -74,6 +82,7 @@ def main() -> None:
     with scratch_run("rules", ("events", "alerts", "acks"), max_offsets_per_trigger=str(args.batch)) as settings:
         produce_backlog(settings, args.events, seed=3, devices=args.devices)
         spark = get_spark()
+        clock = CpuMeter()
         ingest.start_ingest(spark, settings)
         events = ingest.Tables(spark, settings).read("bronze_events").count()
         rules = stateful_rule_set(args.rules) if args.set == "v1" else new_kind_rule_set()
@@ -85,10 +94,12 @@ def main() -> None:
             lambda: stateful_rules.start_stateful_rules(
                 spark, settings, events=bronze(spark, settings, args.files, fields)
             ),
+            clock,
         )
         sampling_s, sampling_stats = timed(
             "sampling (02)",
             lambda: sampling.start_sampling(spark, settings, events=bronze(spark, settings, args.files)),
+            clock,
         )
         alerts = alerts_sent(settings)
         lifecycle_s, lifecycle_stats = timed(
@@ -96,6 +107,7 @@ def main() -> None:
             lambda: alert_lifecycle.start_alert_lifecycle(
                 spark, settings.replace(max_offsets_per_trigger=args.lifecycle_batch)
             ),
+            clock,
         )
         print(f"\nstateful rules : {events / rules_s:>10,.0f} events/s  ({alerts:,} alerts)")
         print(f"sampling (02)  : {events / sampling_s:>10,.0f} events/s")
@@ -119,6 +131,8 @@ def main() -> None:
         figures[f"{name} (batches)"] = stats["batches"]
         figures[f"{name} (batch p50 ms)"] = stats["p50_ms"]
         figures[f"{name} (batch max ms)"] = stats["max_ms"]
+        figures[f"Spark's CPU: {name} (core-s)"] = stats["spark_core_s"]
+        figures[f"of it the JIT compilers: {name} (core-s)"] = stats["jit_core_s"]
     record("stateful_rules", figures, baseline="sampling")
 
 
