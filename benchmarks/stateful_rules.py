@@ -44,7 +44,8 @@ from sensorcep.runtime import get_spark
 def timed(label: str, run, clock: CpuMeter) -> tuple[float, dict]:
     """Run a query to its end and print how long it and its micro-batches took, and the CPU Spark used meanwhile: its
     seconds and batch statistics, with ``spark_core_s`` and ``jit_core_s`` (of it, the JVM's JIT compilers: the
-    queries run one after another in one JVM, and the first pays most of its warm-up, decision 0048)."""
+    queries run one after another in one JVM started for the benchmark, and each pays for compiling the code it
+    reaches first, decision 0048)."""
     clock.read()
     elapsed, _, batches = run_to_end(run)
     spark_core_s = clock.read_spark()
