@@ -18,6 +18,7 @@ Connect client of the worker's session (:data:`CONNECT_NOTEBOOKS`); 03 in a clas
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import tempfile
@@ -220,7 +221,9 @@ def settings(tmp_path, request):
     (named after the test)."""
     from sensorcep.settings import Settings
 
-    name = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")[:60]
+    name = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")
+    if len(name) > 60:  # cut short, with a digest of the whole: two parameters of one test get two topics
+        name = f"{name[:51]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
     return Settings(
         kafka_bootstrap_servers=TEST_BROKER,
         base_path=str(tmp_path),

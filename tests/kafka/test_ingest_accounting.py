@@ -9,6 +9,7 @@ import shutil
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
+import pytest
 from support.streams import delta_frame
 
 from sensorcep.local import simulator
@@ -153,9 +154,12 @@ def test_a_replayed_batch_after_a_reset_reading_from_the_start_adds_nothing(spar
     )
 
 
-def test_a_reset_that_reads_the_topic_again_in_small_batches_adds_nothing_in_any_of_them(spark, settings):
+@pytest.mark.parametrize("found_rows", [ingest.FOUND_ROWS, 2], ids=["keys-collected", "judged-against-bronze"])
+def test_a_reset_that_reads_the_topic_again_in_small_batches_adds_nothing_in_any_of_them(spark, settings, found_rows):
     """After a reset that reads the whole topic again, every batch of the new run repeats records the tables hold,
-    not only its first: the check against what each table held when the run began covers them all."""
+    not only its first: the check against what each table held when the run began covers them all. Both ways a
+    batch is judged: with the keys found brought to the driver, and (more than ``found_rows`` found) against
+    bronze's event-time range."""
     valid = _records(_gateway("d1", 20, NOW, timedelta(0)) + _gateway("d1", 4, NOW, timedelta(minutes=1)))
     junk = pd.DataFrame({"key": [b"gw"] * 6, "value": [b"{not json"] * 6, "timestamp_ms": [valid.timestamp_ms[0]] * 6})
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic], partitions=2)
@@ -172,8 +176,35 @@ def test_a_reset_that_reads_the_topic_again_in_small_batches_adds_nothing_in_any
 
     small = settings.replace(max_offsets_per_trigger=4)
     raw = read_kafka(spark, small, small.events_topic, starting_offsets="earliest")
-    query = run_available_now(
-        ingest.bronze_stream(raw, small), small, "ingest", foreach_batch=ingest.write_ingest_batch(small, [])
-    )
+    write = ingest.write_ingest_batch(small, [], found_rows=found_rows)
+    query = run_available_now(ingest.bronze_stream(raw, small), small, "ingest", foreach_batch=write)
+    write.release()
     assert len([p for p in query.recentProgress if p["numInputRows"]]) >= 5, "the topic was read in small batches"
     assert {n: len(_table(settings, n, ["offset"])) for n in names} == before
+
+
+def test_an_event_resent_after_the_run_let_its_batch_go_is_found_in_bronze(spark, settings):
+    """A run keeps its latest batches to look records up in (``kept_rows``); a record re-sent later than they reach
+    back is looked up in bronze, in the same run, and named a duplicate of the bronze record it repeats."""
+    first = _gateway("d1", 12, NOW, timedelta(0))
+    _produce(settings, first + _gateway("d2", 12, NOW, timedelta(0)) + first[:3])  # re-sent after 24 others
+    small = settings.replace(max_offsets_per_trigger=4)
+    from sensorcep.io.kafka import read_kafka
+    from sensorcep.pipeline.streaming import run_available_now
+
+    ingest.Tables(spark, small).create(ingest.start_ingest.query.tables)
+    write = ingest.write_ingest_batch(small, [], kept_rows=4)  # one batch of 4 records kept at a time
+    raw = read_kafka(spark, small, small.events_topic, starting_offsets="earliest")
+    run_available_now(ingest.bronze_stream(raw, small), small, "ingest", foreach_batch=write)
+    write.release()
+
+    bronze = _table(settings, "bronze_events", ["device_id", "event_time", "partition", "offset"])
+    dups = _table(
+        settings, "duplicate_events", ["device_id", "event_time", "duplicate_of_partition", "duplicate_of_offset"]
+    )
+    assert len(bronze) == 24 and not bronze.duplicated(["device_id", "event_time"]).any()
+    assert len(dups) == 3
+    named = bronze.set_index(["device_id", "event_time"]).loc[list(zip(dups.device_id, dups.event_time, strict=True))]
+    assert list(zip(named.partition, named.offset, strict=True)) == list(
+        zip(dups.duplicate_of_partition, dups.duplicate_of_offset, strict=True)
+    ), "each duplicate names the bronze record it repeats"

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.util import inheritable_thread_target
 
 from sensorcep.errors import SensorCepError
 from sensorcep.io.kafka import read_kafka, topic_partitions
@@ -110,59 +112,149 @@ DUPLICATE_COLUMNS = [
 ]
 
 
-def write_ingest_batch(settings: Settings, extra_columns: list[str]):
+#: the valid rows of its latest batches an ingest run keeps cached (about 100 bytes a row) to look records up in, not
+#: bronze: at 10,000 events/s, the last 100 s of the fleet's events; a record later than that is looked up in bronze
+KEPT_ROWS = 1_000_000
+#: at most this many of a batch's keys found in bronze or the kept batches come back to the driver; more (a batch read
+#: again after a reset), and the batch is judged against bronze's event-time range instead
+FOUND_ROWS = 20_000
+
+
+def write_ingest_batch(
+    settings: Settings, extra_columns: list[str], *, kept_rows: int = KEPT_ROWS, found_rows: int = FOUND_ROWS
+):
     """foreachBatch of ingest: every record of the batch ends in exactly one of three tables.
 
     * ``quarantine_events``: bad records, with the reason;
     * ``bronze_events``: the first record of each event key (device_id, event_time) that bronze does not hold yet;
     * ``duplicate_events``: every other valid record, with the Kafka coordinates of the bronze record it repeats.
 
-    Which records are new is decided by one pass that ranks the batch's valid records together with bronze's records
-    of the batch's event-time range (Delta skips the files and ``part_date`` partitions outside it). A record whose
-    own coordinates a table already holds was written by an earlier attempt of this batch (a replay): it goes nowhere
-    again, so the three writes are idempotent without writer ids, also across a checkpoint reset. Each write is a
-    blind append (no MERGE), and empty sides are not written.
+    Which records are new is decided by ranking the batch's valid records by key and looking the batch's keys up in
+    what bronze holds: first in this run's latest batches, kept cached (:class:`RecentBatches`, at most ``kept_rows``
+    valid rows), and in bronze itself only for records no later than what those cover (a record re-sent or held back
+    longer; every record, in a run's first batch after a restart). The keys found (at most ``found_rows``, else the
+    batch is judged against bronze's event-time range, as after a reset) come back to the driver and join the ranking
+    as a broadcast. A record whose own coordinates a table already holds was written by an earlier attempt of this
+    batch (a replay): it goes nowhere again, so the three writes are idempotent without writer ids, also across a
+    checkpoint reset. Each write is a blind append (no MERGE), and empty sides are not written.
 
-    Quarantine and duplicates are written first; bronze is appended last, so bronze's highest offset per partition
-    marks completed batches (:func:`resume_offsets`).
+    Quarantine and duplicates are written first (quarantine in a thread of its own, while the batch is judged); bronze
+    is appended last, so bronze's highest offset per partition marks completed batches (:func:`resume_offsets`).
+
+    The function returned has ``release()``: let go of the batches it keeps cached (a run to the end calls it).
     """
     columns = [*BRONZE_COLUMNS, *settings.extra_field_names, *extra_columns, "ingest_time", "part_date"]
     existing: set[str] = set()  # tables seen to exist: a running query's tables do not go away
     fences: dict[str, Fence] = {}  # per table, what it held when this run first wrote it
+    recent: list[RecentBatches] = []  # one, made at the run's first batch (it asks bronze's latest event time)
 
     def write(batch: DataFrame, batch_id: int) -> None:
         lake = KnownTables(batch.sparkSession, settings, existing)
+        if not recent:
+            recent.append(RecentBatches(_latest_event_time(lake), kept_rows))
+        kept = recent[0]
         batch = batch.persist()
-        judged = None
+        judged, keep, quarantined = None, False, None
         try:
-            span = _span(batch)  # the one pass that parses (and caches) the batch
-            if span.bad:
-                bad = quarantine_rows(
-                    batch.where(F.col("reason").isNotNull())
-                    .withColumnRenamed("raw_value", "value")
-                    .withColumn("key", F.lit(None).cast("binary"))
-                )
-                _append_unheld(lake, bad, "quarantine_events", span, fences)
-            good = batch.where(F.col("reason").isNull()).withColumn("part_date", F.to_date("event_time"))
-            if span.good:
-                judged = _judge(good, lake, span.lo, span.hi).persist()
-                counts = judged.agg(
-                    F.count(F.when(F.col("_new"), 1)).alias("new"),
-                    F.count(F.when(F.col("_duplicate"), 1)).alias("duplicates"),
-                ).first()
-                if counts["duplicates"]:
-                    dups = _stamped(judged.where("_duplicate")).select(*DUPLICATE_COLUMNS)
-                    _append_unheld(lake, dups, "duplicate_events", span, fences)
-            if judged is not None and counts["new"]:
-                lake.write(_stamped(judged.where("_new")).select(*columns), "bronze_events", "append", ["part_date"])
-            elif not lake.exists("bronze_events"):  # no valid event; the first batch still creates bronze (empty)
-                lake.write(_stamped(good).select(*columns).limit(0), "bronze_events", "append", ["part_date"])
+            with ThreadPoolExecutor(1, thread_name_prefix="ingest-quarantine") as beside:  # its exit waits for it
+                span = _span(batch, kept.floor)  # the one pass that parses (and caches) the batch
+                if span.bad:  # appended in a thread of its own while the batch is judged (a Delta commit's wait)
+                    bad = quarantine_rows(
+                        batch.where(F.col("reason").isNotNull())
+                        .withColumnRenamed("raw_value", "value")
+                        .withColumn("key", F.lit(None).cast("binary"))
+                    )
+                    append = inheritable_thread_target(batch.sparkSession)(_append_unheld)  # the query's pool, tags
+                    quarantined = beside.submit(append, lake, bad, "quarantine_events", span, fences)
+                good = batch.where(F.col("reason").isNull()).withColumn("part_date", F.to_date("event_time"))
+                if span.good:
+                    judged, keep = _judge(good, lake, span, kept, found_rows)
+                    judged = judged.persist()
+                    counts = judged.agg(
+                        F.count(F.when(F.col("_new"), 1)).alias("new"),
+                        F.count(F.when(F.col("_duplicate"), 1)).alias("duplicates"),
+                    ).first()
+                    if counts["duplicates"]:
+                        dups = _stamped(judged.where("_duplicate")).select(*DUPLICATE_COLUMNS)
+                        _append_unheld(lake, dups, "duplicate_events", span, fences)
+                if quarantined is not None:
+                    quarantined.result()  # bronze comes last
+                if judged is not None and counts["new"]:
+                    lake.write(
+                        _stamped(judged.where("_new")).select(*columns), "bronze_events", "append", ["part_date"]
+                    )
+                elif not lake.exists("bronze_events"):  # no valid event; the first batch still creates bronze (empty)
+                    lake.write(_stamped(good).select(*columns).limit(0), "bronze_events", "append", ["part_date"])
+                if judged is not None:
+                    if keep:
+                        kept.keep(judged, span.good, span.hi)
+                    else:
+                        kept.forget(span.hi)
+        except BaseException:
+            kept.forget(None)  # a failed batch ends the run: nothing stays cached
+            keep = False
+            raise
         finally:
-            if judged is not None:
+            if judged is not None and not keep:
                 judged.unpersist()
             batch.unpersist()
 
+    def release() -> None:
+        if recent:
+            recent[0].forget(None)
+
+    write.release = release
     return write
+
+
+class RecentBatches:
+    """An ingest run's latest batches, cached with their judgement (``_new``: the rows appended to bronze): where a
+    batch's keys are looked up before bronze.
+
+    ``floor``: every bronze row with a later event time was appended by a batch kept here, so only records at or
+    before it need bronze read. It starts at bronze's latest event time when the run began (None: bronze held
+    nothing) and rises to a batch's latest event time as the batch is let go (oldest first, past ``kept_rows``)."""
+
+    def __init__(self, floor, kept_rows: int):
+        self.floor, self.kept_rows = floor, kept_rows
+        self.batches: list[tuple[DataFrame, int, object]] = []  # (judged, valid rows, latest event time)
+
+    def held(self, lo, hi) -> DataFrame | None:
+        """The kept batches' bronze rows with event times in [lo, hi] (and after the floor), as :func:`_held` names
+        their columns; None when nothing is kept."""
+        rows = None
+        for judged, _, _ in self.batches:
+            part = judged.where("_new").where(F.col("event_time").between(F.lit(lo), F.lit(hi)))
+            if self.floor is not None:
+                part = part.where(F.col("event_time") > F.lit(self.floor))
+            rows = _held(part) if rows is None else rows.unionAll(_held(part))
+        return rows
+
+    def keep(self, judged: DataFrame, rows: int, latest) -> None:
+        self.batches.append((judged, rows, latest))
+        while len(self.batches) > 1 and sum(n for _, n, _ in self.batches) > self.kept_rows:
+            oldest, _, until = self.batches.pop(0)
+            self._rise(until)
+            oldest.unpersist()
+
+    def forget(self, latest) -> None:
+        """Let every kept batch go (the floor rises past them and to ``latest``: a batch judged against bronze)."""
+        for judged, _, until in self.batches:
+            self._rise(until)
+            judged.unpersist()
+        self.batches.clear()
+        self._rise(latest)
+
+    def _rise(self, until) -> None:
+        if until is not None and (self.floor is None or until > self.floor):
+            self.floor = until
+
+
+def _latest_event_time(lake: Tables):
+    """Bronze's latest event time (None: empty or missing), from Delta's file statistics where they answer it."""
+    if not lake.exists("bronze_events"):
+        return None
+    return lake.read("bronze_events").agg(F.max("event_time")).first()[0]
 
 
 def _stamped(rows: DataFrame) -> DataFrame:
@@ -190,12 +282,14 @@ Fence = dict[tuple[str, int], int]
 
 @dataclass(frozen=True)
 class BatchSpan:
-    """What one pass over a batch tells: its valid and bad records, its valid events' time range, and the Kafka
+    """What one pass over a batch tells: its valid and bad records, how many valid ones are no later than the kept
+    batches' floor (``old``: :class:`RecentBatches`), its valid events' time range, and the Kafka
     offsets it covers: ``ranges`` (first and last offset per (topic, partition)) and ``offsets`` (a Column: true for a
     row of a table whose coordinates fall in them)."""
 
     good: int
     bad: int
+    old: int
     lo: object
     hi: object
     ranges: dict[tuple[str, int], tuple[int, int]]
@@ -206,8 +300,9 @@ class BatchSpan:
         return any(first <= fence.get(where, -1) for where, (first, _) in self.ranges.items())
 
 
-def _span(batch: DataFrame) -> BatchSpan:
+def _span(batch: DataFrame, floor=None) -> BatchSpan:
     valid = F.col("reason").isNull()
+    old = valid & (F.col("event_time") <= F.lit(floor)) if floor is not None else F.lit(False)
     rows = (
         batch.groupBy("topic", "partition")
         .agg(
@@ -215,6 +310,7 @@ def _span(batch: DataFrame) -> BatchSpan:
             F.max("offset").alias("last"),
             F.count(F.when(valid, 1)).alias("good"),
             F.count(F.when(~valid, 1)).alias("bad"),
+            F.count(F.when(old, 1)).alias("old"),
             F.min(F.when(valid, F.col("event_time"))).alias("lo"),
             F.max(F.when(valid, F.col("event_time"))).alias("hi"),
         )
@@ -231,6 +327,7 @@ def _span(batch: DataFrame) -> BatchSpan:
     return BatchSpan(
         good=sum(row["good"] for row in rows),
         bad=sum(row["bad"] for row in rows),
+        old=sum(row["old"] for row in rows),
         lo=min(times[0], default=None),
         hi=max(times[1], default=None),
         ranges={(row["topic"], row["partition"]): (row["first"], row["last"]) for row in rows},
@@ -259,8 +356,30 @@ def _held_offsets(lake: Tables, name: str) -> Fence:
     return {(row["topic"], row["partition"]): row["last"] for row in rows}
 
 
-def _judge(good: DataFrame, lake: Tables, lo, hi) -> DataFrame:
-    """The batch's valid records with ``_new`` (to append to bronze) and ``_duplicate`` (+ whose duplicate)."""
+def _held(rows: DataFrame) -> DataFrame:
+    """Bronze rows as the lookup names them: the key and the row's Kafka coordinates (``_b_topic``, ``_b_partition``,
+    ``_b_offset``)."""
+    return rows.select(
+        *EVENT_KEY,
+        F.col("topic").alias("_b_topic"),
+        F.col("partition").alias("_b_partition"),
+        F.col("offset").alias("_b_offset"),
+    )
+
+
+def _bronze_range(lake: Tables, lo, hi) -> DataFrame:
+    """Bronze's rows with event times in [lo, hi] (Delta skips the ``part_date`` partitions and files outside it)."""
+    return _held(
+        lake.read("bronze_events")
+        .where(F.col("part_date").between(F.to_date(F.lit(lo)), F.to_date(F.lit(hi))))
+        .where(F.col("event_time").between(F.lit(lo), F.lit(hi)))
+    )
+
+
+def _judge(good: DataFrame, lake: Tables, span: BatchSpan, kept: RecentBatches, found_rows: int):
+    """The batch's valid records with ``_new`` (to append to bronze) and ``_duplicate`` (+ whose duplicate); and
+    whether the judgement may be kept for the next batches to look up in: it may when it joins only the keys found,
+    brought to the driver (it then depends on neither the kept batches nor bronze)."""
     first = Window.partitionBy(*EVENT_KEY).orderBy(*RECORD_KEY)
     ranked = good.select(
         "*",
@@ -268,20 +387,30 @@ def _judge(good: DataFrame, lake: Tables, lo, hi) -> DataFrame:
         F.first("partition").over(first).alias("_first_partition"),
         F.first("offset").over(first).alias("_first_offset"),
     )
-    if lake.exists("bronze_events"):
-        held = (
-            lake.read("bronze_events")
-            .where(F.col("part_date").between(F.to_date(F.lit(lo)), F.to_date(F.lit(hi))))
-            .where(F.col("event_time").between(F.lit(lo), F.lit(hi)))
-            .select(
-                *EVENT_KEY,
-                F.col("topic").alias("_b_topic"),
-                F.col("partition").alias("_b_partition"),
-                F.col("offset").alias("_b_offset"),
-            )
+    held = kept.held(span.lo, span.hi)
+    if span.old and lake.exists("bronze_events"):  # records no later than the floor: bronze itself holds theirs
+        older = _bronze_range(lake, span.lo, min(span.hi, kept.floor))
+        held = older if held is None else held.unionAll(older)
+    found, keep = [], True
+    if held is not None:
+        found = (
+            held.join(good.select(*EVENT_KEY), EVENT_KEY, "left_semi")
+            .select("device_id", F.unix_micros("event_time").alias("_t"), "_b_topic", "_b_partition", "_b_offset")
+            .limit(found_rows + 1)
+            .collect()
         )
-        ranked = ranked.join(held, EVENT_KEY, "left")
-    else:
+    if len(found) > found_rows:  # many of the batch's keys are held (a batch read again): judged against bronze
+        found, keep = [], False
+        ranked = ranked.join(_bronze_range(lake, span.lo, span.hi), EVENT_KEY, "left")
+    elif found:
+        types = {name: good.schema[name].dataType.simpleString() for name in ("topic", "partition", "offset")}
+        table = good.sparkSession.createDataFrame(
+            found,
+            f"device_id string, _t bigint, _b_topic {types['topic']}, _b_partition {types['partition']}, "
+            f"_b_offset {types['offset']}",
+        ).select("device_id", F.timestamp_micros("_t").alias("event_time"), "_b_topic", "_b_partition", "_b_offset")
+        ranked = ranked.join(F.broadcast(table), EVENT_KEY, "left")
+    if keep and not found:
         ranked = ranked.select("*", *[F.lit(None).alias(c) for c in ("_b_topic", "_b_partition", "_b_offset")])
     in_bronze = F.col("_b_offset").isNotNull()
     itself = (
@@ -290,13 +419,14 @@ def _judge(good: DataFrame, lake: Tables, lo, hi) -> DataFrame:
         & (F.col("_b_partition") == F.col("partition"))
         & (F.col("_b_offset") == F.col("offset"))
     )
-    return ranked.select(
+    judged = ranked.select(
         *[c for c in good.columns if c not in ("reason", "raw_value")],  # a valid record has neither
         (~in_bronze & (F.col("_copy") == 1)).alias("_new"),
         ((in_bronze & ~itself) | (~in_bronze & (F.col("_copy") > 1))).alias("_duplicate"),
         F.coalesce("_b_partition", "_first_partition").alias("duplicate_of_partition"),
         F.coalesce("_b_offset", "_first_offset").alias("duplicate_of_offset"),
     )  # the ranking's helpers are left out: the result is cached, and only what is written is kept
+    return judged, keep
 
 
 def resume_offsets(spark: SparkSession, settings: Settings) -> str:
@@ -354,4 +484,8 @@ def start_ingest(spark: SparkSession, settings: Settings, *, wait: bool = True):
     if devices is not None:
         added += [f"`{f.name}` {f.dataType.simpleString()}" for f in devices.schema.fields if f.name != "device_id"]
     Tables(spark, settings).create(start_ingest.query.tables, {"bronze_events": ", ".join(added)})
-    return launch(stream, settings, start_ingest.query, wait=wait, foreach_batch=write_ingest_batch(settings, extra))
+    write = write_ingest_batch(settings, extra)
+    query = launch(stream, settings, start_ingest.query, wait=wait, foreach_batch=write)
+    if wait:  # a classic session ran the batches in this process: what they kept cached is let go
+        write.release()
+    return query
