@@ -58,3 +58,12 @@ def test_a_batch_judged_against_bronze_lets_every_kept_batch_go_and_raises_the_f
     assert recent.floor == T0 + timedelta(seconds=20)
     recent.forget(None)
     assert recent.floor == T0 + timedelta(seconds=20)
+
+
+def test_a_quiet_fleets_small_batches_are_kept_only_up_to_the_batch_limit():
+    recent = RecentBatches(None, kept_rows=1_000_000, kept_batches=3)
+    frames = [Frame() for _ in range(5)]
+    for i, frame in enumerate(frames):
+        recent.keep(frame, 10, T0 + timedelta(seconds=5 * i))
+    assert [frame.released for frame in frames] == [True, True, False, False, False]
+    assert len(recent.batches) == 3 and recent.floor == T0 + timedelta(seconds=5)

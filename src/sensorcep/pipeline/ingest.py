@@ -115,13 +115,20 @@ DUPLICATE_COLUMNS = [
 #: the valid rows of its latest batches an ingest run keeps cached (about 100 bytes a row) to look records up in, not
 #: bronze: at 10,000 events/s, the last 100 s of the fleet's events; a record later than that is looked up in bronze
 KEPT_ROWS = 1_000_000
+#: and at most this many batches (a quiet fleet's batches are small: each kept batch is one more branch of the lookup)
+KEPT_BATCHES = 8
 #: at most this many of a batch's keys found in bronze or the kept batches come back to the driver; more (a batch read
 #: again after a reset), and the batch is judged against bronze's event-time range instead
 FOUND_ROWS = 20_000
 
 
 def write_ingest_batch(
-    settings: Settings, extra_columns: list[str], *, kept_rows: int = KEPT_ROWS, found_rows: int = FOUND_ROWS
+    settings: Settings,
+    extra_columns: list[str],
+    *,
+    kept_rows: int = KEPT_ROWS,
+    kept_batches: int = KEPT_BATCHES,
+    found_rows: int = FOUND_ROWS,
 ):
     """foreachBatch of ingest: every record of the batch ends in exactly one of three tables.
 
@@ -130,13 +137,13 @@ def write_ingest_batch(
     * ``duplicate_events``: every other valid record, with the Kafka coordinates of the bronze record it repeats.
 
     Which records are new is decided by ranking the batch's valid records by key and looking the batch's keys up in
-    what bronze holds: first in this run's latest batches, kept cached (:class:`RecentBatches`, at most ``kept_rows``
-    valid rows), and in bronze itself only for records no later than what those cover (a record re-sent or held back
-    longer; every record, in a run's first batch after a restart). The keys found (at most ``found_rows``, else the
-    batch is judged against bronze's event-time range, as after a reset) come back to the driver and join the ranking
-    as a broadcast. A record whose own coordinates a table already holds was written by an earlier attempt of this
-    batch (a replay): it goes nowhere again, so the three writes are idempotent without writer ids, also across a
-    checkpoint reset. Each write is a blind append (no MERGE), and empty sides are not written.
+    what bronze holds: first in this run's latest batches, kept cached (:class:`RecentBatches`: at most ``kept_rows``
+    valid rows in at most ``kept_batches`` batches), and in bronze itself only for records no later than what those
+    cover (a record re-sent or held back longer; every record, in a run's first batch after a restart). The keys found
+    (at most ``found_rows``, else the batch is judged against bronze's event-time range, as after a reset) come back to
+    the driver and join the ranking as a broadcast. A record whose own coordinates a table already holds was written by
+    an earlier attempt of this batch (a replay): it goes nowhere again, so the three writes are idempotent without
+    writer ids, also across a checkpoint reset. Each write is a blind append (no MERGE); empty sides are not written.
 
     Quarantine and duplicates are written first (quarantine in a thread of its own, while the batch is judged); bronze
     is appended last, so bronze's highest offset per partition marks completed batches (:func:`resume_offsets`).
@@ -151,7 +158,7 @@ def write_ingest_batch(
     def write(batch: DataFrame, batch_id: int) -> None:
         lake = KnownTables(batch.sparkSession, settings, existing)
         if not recent:
-            recent.append(RecentBatches(_latest_event_time(lake), kept_rows))
+            recent.append(RecentBatches(_latest_event_time(lake), kept_rows, kept_batches))
         kept = recent[0]
         batch = batch.persist()
         judged, keep, quarantined = None, False, None
@@ -213,10 +220,11 @@ class RecentBatches:
 
     ``floor``: every bronze row with a later event time was appended by a batch kept here, so only records at or
     before it need bronze read. It starts at bronze's latest event time when the run began (None: bronze held
-    nothing) and rises to a batch's latest event time as the batch is let go (oldest first, past ``kept_rows``)."""
+    nothing) and rises to a batch's latest event time as the batch is let go (oldest first, past ``kept_rows`` or
+    ``kept_batches``)."""
 
-    def __init__(self, floor, kept_rows: int):
-        self.floor, self.kept_rows = floor, kept_rows
+    def __init__(self, floor, kept_rows: int, kept_batches: int = KEPT_BATCHES):
+        self.floor, self.kept_rows, self.kept_batches = floor, kept_rows, kept_batches
         self.batches: list[tuple[DataFrame, int, object]] = []  # (judged, valid rows, latest event time)
 
     def held(self, lo, hi) -> DataFrame | None:
@@ -232,7 +240,9 @@ class RecentBatches:
 
     def keep(self, judged: DataFrame, rows: int, latest) -> None:
         self.batches.append((judged, rows, latest))
-        while len(self.batches) > 1 and sum(n for _, n, _ in self.batches) > self.kept_rows:
+        while len(self.batches) > self.kept_batches or (
+            len(self.batches) > 1 and sum(n for _, n, _ in self.batches) > self.kept_rows
+        ):
             oldest, _, until = self.batches.pop(0)
             self._rise(until)
             oldest.unpersist()
