@@ -410,7 +410,7 @@ def _judge(good: DataFrame, lake: Tables, span: BatchSpan, kept: RecentBatches, 
             .collect()
         )
     if len(found) > found_rows:  # many of the batch's keys are held (a batch read again): judged against bronze
-        found, keep = [], False
+        keep = False
         ranked = ranked.join(_bronze_range(lake, span.lo, span.hi), EVENT_KEY, "left")
     elif found:
         types = {name: good.schema[name].dataType.simpleString() for name in ("topic", "partition", "offset")}
@@ -420,7 +420,7 @@ def _judge(good: DataFrame, lake: Tables, span: BatchSpan, kept: RecentBatches, 
             f"_b_offset {types['offset']}",
         ).select("device_id", F.timestamp_micros("_t").alias("event_time"), "_b_topic", "_b_partition", "_b_offset")
         ranked = ranked.join(F.broadcast(table), EVENT_KEY, "left")
-    if keep and not found:
+    else:
         ranked = ranked.select("*", *[F.lit(None).alias(c) for c in ("_b_topic", "_b_partition", "_b_offset")])
     in_bronze = F.col("_b_offset").isNotNull()
     itself = (
