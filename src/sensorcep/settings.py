@@ -336,7 +336,8 @@ class Settings:
             )
         self._validate_topics()
         for name in self.extra_field_names:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in RESERVED_COLUMNS:
+            # Spark resolves column names in any case: a field named like a column in another case is that column
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name.lower() in RESERVED_COLUMNS:
                 raise SettingsError(
                     f"extra_fields: {name!r} is not a usable column name (letters, digits, _; "
                     f"not one of {', '.join(sorted(RESERVED_COLUMNS))})"

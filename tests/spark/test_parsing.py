@@ -151,3 +151,34 @@ def test_keeping_only_the_valid_events_parses_each_record_once(spark, parsed):
     assert events._jdf.queryExecution().optimizedPlan().toString().count("from_json(") == 1
     expected = [tuple(r[f] for f in EVENT_FIELDS[:3]) for r in parsed.values() if r["reason"] is None]
     assert sorted(tuple(r)[:3] for r in events.collect()) == sorted(expected)
+
+
+EXTRA_VALUES = [
+    '"1.2"', '"a\\"b\\u00e9"', '""', "230.5", "1.50", "1e3", "-0", "12345678901234567890123", "true", "null",
+    '{"a": 1, "b": [1, 2.50]}', '[1, "x", null]',
+]  # fmt: skip
+
+
+def test_extra_fields_read_in_the_one_parse_keep_the_text_get_json_object_gives(spark):
+    """Extra fields are read by the typed parse, not by a parse of their own each: every JSON type reads as the text
+    ``get_json_object`` gives it (what they were read with before), a field the record lacks is null, a name that is
+    ``_corrupt`` (the parse's own helper name) is still read, and a field given twice reads as its last value, as the
+    event's own fields do. Only valid events keep them."""
+    event = '"device_id": "a", "sensor_freq": 1.0, "event_time": "2023-04-12T10:15:03Z"'
+    values = [f'{{{event}, "voltage": {v}, "_corrupt": {v}}}' for v in EXTRA_VALUES]
+    values += [f"{{{event}}}", f'{{"voltage": 1, {event}, "voltage": 2}}', '{"device_id": "a", "voltage": 7']
+    rows = [(None, v.encode(), "t", 0, i, KAFKA_TIME) for i, v in enumerate(values)]
+    df = spark.createDataFrame(
+        rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+    )
+    settings = Settings(extra_fields="voltage, _corrupt")
+    got = {r["offset"]: r for r in parse_events(df, settings).collect()}
+    text = df.selectExpr("offset", "get_json_object(cast(value as string), '$.voltage') as v").collect()
+    expected = {r["offset"]: r["v"] for r in text}
+    for i in range(len(EXTRA_VALUES)):
+        assert got[i]["reason"] is None
+        assert got[i]["voltage"] == got[i]["_corrupt"] == expected[i], values[i]
+    lacking, twice, broken = len(EXTRA_VALUES), len(EXTRA_VALUES) + 1, len(EXTRA_VALUES) + 2
+    assert got[lacking]["voltage"] is None and got[lacking]["reason"] is None
+    assert got[twice]["voltage"] == "2"
+    assert (got[broken]["reason"], got[broken]["voltage"]) == ("invalid JSON", None)

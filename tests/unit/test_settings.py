@@ -111,6 +111,7 @@ def test_compound_durations_reach_spark_in_its_own_spelling():
         ({"scheduler_pools": "a:1,a:2"}, "pool 'a' is given twice"),
         ({"anomaly_threshold": float("nan")}, "anomaly_threshold must be a finite number"),
         ({"kafka_bootstrap_servers": "broker"}, "not a host:port"),
+        ({"extra_fields": "voltage, Device_ID"}, "extra_fields: 'Device_ID' is not a usable column name"),
         ({"catalog": "main; DROP"}, "catalog: 'main; DROP' is not a usable name"),
         ({"tables": "paths", "base_path": "/Volumes/c/s/data"}, "Unity Catalog volumes cannot hold Delta tables"),
     ],
