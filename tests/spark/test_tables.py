@@ -45,3 +45,47 @@ def test_paths_address_delta_tables_without_the_catalog(spark, settings):
     delta.write_table(_rows(spark, 2), table)
     assert delta.read_table(spark, settings.table_path("devices")).count() == 2
     assert not spark.catalog.databaseExists(settings.schema)  # nothing registered
+
+
+def test_fenced_appends_write_each_batch_once_across_a_restart_and_skip_empty_batches(spark, settings):
+    """A writer's blind appends fenced by batch id (``late_events``, ``device_baselines``): a batch replayed after a
+    restart whose rows are in adds nothing, a batch replayed whose append never committed is written, a batch with no
+    row costs no commit, and another writer's rows (``mine`` names the writer's) neither fence nor hide it."""
+    from pyspark.sql import functions as F
+
+    from sensorcep.io.lake import FencedAppends, Tables
+
+    lake = Tables(spark, settings)
+    lake.create(["late_events"])
+
+    def rows(query: str, batch_id: int, n: int = 2):
+        return spark.range(n).selectExpr(
+            f"'{query}' as query", "cast(id as string) as device_id", "cast(1 as double) as sensor_freq",
+            "timestamp'2026-01-01 00:00:00' as event_time", "timestamp'2026-01-01 00:00:00' as watermark",
+            "cast(0 as double) as late_by_s", f"cast({batch_id} as long) as batch_id", "date'2026-01-01' as part_date",
+        )  # fmt: skip
+
+    def held(query: str) -> list[int]:
+        found = lake.read("late_events").where(F.col("query") == query)
+        return sorted(r[0] for r in found.select("batch_id").collect())
+
+    def writer(query: str) -> FencedAppends:
+        return FencedAppends("late_events", ["part_date"], mine=F.col("query") == query, check_empty=True)
+
+    first = writer("q")
+    assert first.once(lake, rows("q", 0), 0) and first.once(lake, rows("q", 1), 1)
+    assert writer("other").once(lake, rows("other", 2), 2)  # another writer's batch 2, before q's
+
+    def version() -> int:
+        return spark.sql(f"DESCRIBE HISTORY {lake['late_events'].sql_name} LIMIT 1").first()["version"]
+
+    before = version()
+    assert not first.once(lake, rows("q", 2).limit(0), 2)  # an empty batch: no commit
+    assert version() == before
+
+    restarted = writer("q")  # the fence is 1: q's own highest batch, not the other writer's 2
+    assert not restarted.once(lake, rows("q", 1), 1)  # replayed, its rows are in
+    assert restarted.once(lake, rows("q", 2), 2)  # replayed, its append never committed
+    assert restarted.once(lake, rows("q", 3), 3)
+    assert held("q") == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert held("other") == [2, 2]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from sensorcep.io import delta
 from sensorcep.io.tables import Table, register, table
@@ -91,3 +92,44 @@ def batch_writer(settings: Settings, name: str, writer: Callable[[], str], parti
         Tables(batch.sparkSession, settings).append_batch(batch, name, writer(), batch_id, partition_by)
 
     return write
+
+
+class FencedAppends:
+    """One writer's appends of its micro-batches' rows to ``name``, a table with a ``batch_id`` column: each batch's
+    once, as a blind append, in one commit (all or none). When the writer (re)starts, the highest batch id the table
+    holds of its rows (``mine``: a filter that names them; None: every row is the writer's) is read once: the fence.
+    A batch at or below it may be a replay, and is appended only if the table holds none of its rows; a later one
+    cannot have been written by an earlier attempt. (An idempotent append by ``txnAppId`` asks Delta for the table's
+    whole transaction state at every batch: 0.3 s of a 0.5 s append, decision 0047.) The writer's batch ids must only
+    grow: a reset checkpoint starts them again, which is why a query refuses a reset while such a table holds its rows
+    (:func:`~sensorcep.pipeline.streaming.refuse_reset`). ``check_empty``: ``rows`` may be none (they are cached and
+    looked at first): a batch with no row costs no commit (the table exists already: :meth:`Tables.create`)."""
+
+    def __init__(
+        self, name: str, partition_by: Iterable[str] = (), *, mine: Column | None = None, check_empty: bool = False
+    ):
+        self.name, self.partition_by, self.mine, self.check_empty = name, list(partition_by), mine, check_empty
+        self.fence: int | None = None
+        self.fenced = False
+
+    def _held(self, lake: Tables) -> DataFrame:
+        rows = lake.read(self.name)
+        return rows if self.mine is None else rows.where(self.mine)
+
+    def once(self, lake: Tables, rows: DataFrame, batch_id: int) -> bool:
+        """Append ``rows`` (the batch's) unless the batch's rows are in already, or it has none; whether it appended."""
+        if not self.fenced:
+            self.fence = self._held(lake).agg(F.max("batch_id")).first()[0] if lake.exists(self.name) else None
+            self.fenced = True
+        if self.fence is not None and batch_id <= self.fence:
+            if not self._held(lake).where(F.col("batch_id") == batch_id).isEmpty():
+                return False  # a replayed batch whose append committed before the run died
+        cached = rows.persist() if self.check_empty else rows
+        try:
+            if self.check_empty and cached.isEmpty():
+                return False
+            lake.write(cached, self.name, "append", self.partition_by)
+            return True
+        finally:
+            if self.check_empty:
+                cached.unpersist()

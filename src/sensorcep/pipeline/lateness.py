@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sensorcep.io import delta
-from sensorcep.io.lake import Tables
+from sensorcep.io.lake import FencedAppends, Tables
 from sensorcep.pipeline import checkpoint_log, parsing
 from sensorcep.settings import Settings
 
@@ -81,7 +81,9 @@ def late_event_writer(
     same late event can arrive twice: it is kept once (:func:`not_held`). Bronze, the others' input, holds each event
     once."""
 
-    appended = LateAppends(settings.query_name(query), check_empty=input_repeats)
+    # each batch's late rows once, as a blind append fenced by batch id (decision 0047)
+    query_name = settings.query_name(query)
+    appended = FencedAppends("late_events", ["part_date"], mine=F.col("query") == query_name, check_empty=input_repeats)
 
     def write(batch: DataFrame, batch_id: int) -> None:
         lake = Tables(batch.sparkSession, settings)
@@ -100,7 +102,7 @@ def late_event_writer(
                 write_output(kept.where(F.col("_out").isNotNull()).select("_out.*"), batch_id)
             if counts["_in"]:  # a kept input row is a late one: its event time is at or before the mark
                 late = kept.where(F.col("_in").isNotNull()).select(
-                    F.lit(settings.query_name(query)).alias("query"),
+                    F.lit(query_name).alias("query"),
                     *[F.col(f"_in.{name}").alias(name) for name in EVENT_FIELDS],
                     mark.alias("watermark"),
                     ((F.lit(mark_ms * 1000) - F.unix_micros("_in.event_time")) / 1e6).alias("late_by_s"),
@@ -110,9 +112,7 @@ def late_event_writer(
                 # with input_repeats, the append follows a read of late_events: another query's append to a partition
                 # it read fails it (Delta's conflict check), and it is simply done again (held rows are left out)
                 delta.retry_first_commit_race(
-                    lambda: appended.once(
-                        lake, not_held(late, lake, settings.query_name(query)) if input_repeats else late, batch_id
-                    ),
+                    lambda: appended.once(lake, not_held(late, lake, query_name) if input_repeats else late, batch_id),
                     attempts=5,
                     codes=delta.CONCURRENT_APPEND,
                 )
@@ -123,42 +123,6 @@ def late_event_writer(
             kept.unpersist()
 
     return write
-
-
-class LateAppends:
-    """A query's appends of its late rows to ``late_events``, each batch's once, as blind appends. A batch's late rows
-    go in one commit, all or none, and carry its ``batch_id``: when the query (re)starts, the highest batch id the
-    table holds for it is read once (the fence); a batch at or below it may be a replay and is appended only if the
-    table holds none of its rows, a later one cannot have been written by an earlier attempt. (An idempotent append by
-    ``txnAppId`` asked Delta for the table's whole transaction state every batch: 0.3 s of a 0.5 s append here,
-    decision 0047.) A reset checkpoint starts its batch ids again, which is why a reset is refused while
-    ``late_events`` holds rows of the query (:func:`~sensorcep.pipeline.streaming.refuse_reset`)."""
-
-    def __init__(self, query_name: str, check_empty: bool = False):
-        self.query_name, self.check_empty = query_name, check_empty
-        self.fence: int | None = None
-        self.fenced = False
-
-    def _held(self, lake: Tables) -> DataFrame:
-        return lake.read("late_events").where(F.col("query") == self.query_name)
-
-    def once(self, lake: Tables, late: DataFrame, batch_id: int) -> bool:
-        """Append ``late`` (the batch's late rows) unless the batch's rows are in already; whether it appended."""
-        if not self.fenced:
-            self.fence = self._held(lake).agg(F.max("batch_id")).first()[0] if lake.exists("late_events") else None
-            self.fenced = True
-        if self.fence is not None and batch_id <= self.fence:
-            if not self._held(lake).where(F.col("batch_id") == batch_id).isEmpty():
-                return False  # a replayed batch whose append committed before the run died
-        rows = late.persist() if self.check_empty else late
-        try:
-            if self.check_empty and rows.isEmpty():
-                return False
-            lake.write(rows, "late_events", "append", ["part_date"])
-            return True
-        finally:
-            if self.check_empty:
-                rows.unpersist()
 
 
 def not_held(late: DataFrame, lake: Tables, query_name: str) -> DataFrame:

@@ -26,11 +26,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from sensorcep.io.kafka import write_kafka
-from sensorcep.io.lake import Tables
+from sensorcep.io.lake import FencedAppends, Tables
 from sensorcep.pipeline import lateness, queries, timers
 from sensorcep.pipeline.alerts import alert_id_column, kafka_columns
 from sensorcep.pipeline.ingest import bronze_event_stream
-from sensorcep.pipeline.streaming import launch, writer_id
+from sensorcep.pipeline.streaming import launch
 from sensorcep.rules import catalog, evaluate, sequential
 from sensorcep.rules.catalog import VersionedRule
 from sensorcep.runtime import TRANSFORM_WITH_STATE, require
@@ -262,7 +262,10 @@ def as_alerts(fired: DataFrame, extra: list[str] | None = None) -> DataFrame:
 
 def send_alerts(settings: Settings, rules: list[VersionedRule]):
     """foreachBatch: a batch's alerts to the alerts topic (at least once: the ids are stable, consumers dedupe), and
-    the baselines it moved to ``device_baselines`` (exactly once per batch)."""
+    the baselines it moved to ``device_baselines`` (exactly once per batch: :class:`FencedAppends`, decision 0052)."""
+
+    # each batch's baselines once, as a blind append fenced by batch id (the query is the table's one writer)
+    baselines = FencedAppends("device_baselines", check_empty=True)
 
     def write(batch: DataFrame, batch_id: int) -> None:
         write_kafka(batch.where(F.col("row_kind") == "alert").select(*kafka_columns()), settings, settings.alerts_topic)
@@ -277,9 +280,7 @@ def send_alerts(settings: Settings, rules: list[VersionedRule]):
             F.lit(batch_id).cast("long").alias("batch_id"),
         )
         if any(r.rule.kind == "baseline" for r in rules):
-            Tables(batch.sparkSession, settings).append_batch(
-                moved, "device_baselines", writer_id(settings, QUERY, "baselines"), batch_id
-            )
+            baselines.once(Tables(batch.sparkSession, settings), moved, batch_id)
 
     return write
 
