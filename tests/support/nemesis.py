@@ -54,6 +54,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pandas as pd
+import psutil
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the support package
@@ -488,9 +489,34 @@ class Driver:
             if self.proc.poll() is not None:
                 return False
             if time.monotonic() > deadline:
-                raise AssertionError(f"nemesis: {what} did not happen within {timeout_s:.0f} s ({self.point})")
+                # what the job was doing is kept in its transcript: the Spark JVM's threads, then the run ends
+                self.stderr += ["--- the Spark JVM's threads when the wait ended ---", *self.jvm_threads()]
+                self.kill()
+                last = "\n".join(self.lines[-15:]) or "(nothing)"
+                raise AssertionError(
+                    f"nemesis: {what} did not happen within {timeout_s:.0f} s ({self.point}); the run's last lines:\n"
+                    f"{last}\n{self.errors()}"
+                )
             time.sleep(0.05)  # polling the job's progress
         return True
+
+    def jvm_threads(self) -> list[str]:
+        """The thread dump of each Java process in the run's process tree (``jcmd Thread.print``), as lines."""
+        found: list[str] = []
+        jcmd = shutil.which("jcmd")
+        try:
+            children = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return found
+        for child in children:
+            try:
+                if child.name() != "java" or jcmd is None:
+                    continue
+                asked = [jcmd, str(child.pid), "Thread.print"]
+                found += subprocess.run(asked, capture_output=True, text=True, timeout=60).stdout.splitlines()
+            except (psutil.NoSuchProcess, subprocess.TimeoutExpired):
+                continue
+        return found
 
     def kill(self) -> int:
         if self.proc.poll() is None:
