@@ -407,8 +407,9 @@ def time_steps(spark) -> list[dict]:
             compiled = compilations.getCount()
             timed(write, "total")(batch, batch_id)
             done = batches[-1]
-            # quarantine's append runs in a thread of its own beside the ranking: the rest is what this thread did
-            beside = ("total", "append quarantine_events")
+            # quarantine's append runs in a thread of its own beside the ranking, and duplicates' beside bronze's: the
+            # rest is what this thread did
+            beside = ("total", "append quarantine_events", "append duplicate_events")
             done["ranking+other"] = done["total"] - sum(v for k, v in done.items() if k not in beside)
             done["compiled"] = compilations.getCount() - compiled
 

@@ -115,20 +115,31 @@ def test_every_record_read_is_in_exactly_one_table(spark, settings):
     assert len(kept[0]) == len(sim.distinct_valid)
 
 
-def test_a_reset_checkpoint_resumes_after_what_bronze_holds(spark, settings):
-    _produce(settings, _gateway("d1", 30, NOW, timedelta(0)) + [("d1", 1.0, NOW, NOW)])
-    ingest.start_ingest(spark, settings)
-    counts = {n: len(_table(settings, n, ["offset"])) for n in ("bronze_events", "duplicate_events")}
-    assert counts == {"bronze_events": 30, "duplicate_events": 1}
+def test_a_reset_checkpoint_reads_bronzes_last_batch_again_and_restores_what_it_did_not_commit(spark, settings):
+    """A batch's appends run side by side: when bronze's committed, the batch's duplicates may not have. A new
+    checkpoint starts at bronze's last batch (after the offsets its earlier batches hold), reads only that batch
+    again, writes the duplicate that never landed and adds nothing twice."""
+    events = _gateway("d1", 29, NOW, timedelta(0))
+    _produce(settings, events[:25] + [events[3]] + events[25:])  # 30 records on one partition; offset 25 a resend
+    ingest.start_ingest(spark, settings.replace(max_offsets_per_trigger=10))  # batches of offsets 0-9, 10-19, 20-29
+    bronze = _table(settings, "bronze_events", ["partition", "offset", "ingest_time"])
+    assert (len(bronze), bronze.ingest_time.nunique()) == (29, 3)
+    (partition,) = set(bronze.partition)
+    assert _table(settings, "duplicate_events", ["offset"]).offset.tolist() == [25]
+    spark.sql(f"DELETE FROM delta.`{settings.table_path('duplicate_events')}`")  # the last batch's append: lost
 
     shutil.rmtree(settings.checkpoint_path("ingest"))  # an operator's reset
-    assert ingest.resume_offsets(spark, settings) != "earliest"
-    ingest.start_ingest(spark, settings)
-    assert {n: len(_table(settings, n, ["offset"])) for n in counts} == counts, "the topic was not read again"
+    offsets = json.loads(ingest.resume_offsets(spark, settings))[settings.events_topic]
+    # at bronze's last batch; the partition no record went to, at its start
+    assert offsets == {str(partition): 20, str(1 - partition): -2}
+    query = ingest.start_ingest(spark, settings)
+    assert sum(p["numInputRows"] for p in query.recentProgress) == 10, "only that batch was read again"
+    assert _table(settings, "duplicate_events", ["offset"]).offset.tolist() == [25], "the lost duplicate is back"
+    assert len(_table(settings, "bronze_events", ["offset"])) == 29, "nothing in bronze twice"
 
     _produce(settings, _gateway("d2", 4, NOW, timedelta(0)))
     ingest.start_ingest(spark, settings)
-    assert len(_table(settings, "bronze_events", ["offset"])) == 34
+    assert len(_table(settings, "bronze_events", ["offset"])) == 33
 
 
 def test_a_replayed_batch_after_a_reset_reading_from_the_start_adds_nothing(spark, settings):

@@ -145,8 +145,8 @@ def write_ingest_batch(
     an earlier attempt of this batch (a replay): it goes nowhere again, so the three writes are idempotent without
     writer ids, also across a checkpoint reset. Each write is a blind append (no MERGE); empty sides are not written.
 
-    Quarantine and duplicates are written first (quarantine in a thread of its own, while the batch is judged); bronze
-    is appended last, so bronze's highest offset per partition marks completed batches (:func:`resume_offsets`).
+    The three appends run side by side (quarantine while the batch is judged, duplicates beside bronze); a new
+    checkpoint reads bronze's last batch again (:func:`resume_offsets`).
 
     The function returned has ``release()``: let go of the batches it keeps cached (a run to the end calls it).
     """
@@ -161,18 +161,21 @@ def write_ingest_batch(
             recent.append(RecentBatches(_latest_event_time(lake), kept_rows, kept_batches))
         kept = recent[0]
         batch = batch.persist()
-        judged, keep, quarantined = None, False, None
+        judged, keep = None, False
         try:
-            with ThreadPoolExecutor(1, thread_name_prefix="ingest-quarantine") as beside:  # its exit waits for it
+            # the three appends run side by side, each in a thread of its own (a Delta commit is mostly waiting):
+            # quarantine while the batch is judged, duplicates while bronze is appended; the pool's exit waits for them
+            with ThreadPoolExecutor(2, thread_name_prefix="ingest-append") as beside:
+                appends = []
+                append = inheritable_thread_target(batch.sparkSession)(_append_unheld)  # the query's pool and tags
                 span = _span(batch, kept.floor)  # the one pass that parses (and caches) the batch
-                if span.bad:  # appended in a thread of its own while the batch is judged (a Delta commit's wait)
+                if span.bad:
                     bad = quarantine_rows(
                         batch.where(F.col("reason").isNotNull())
                         .withColumnRenamed("raw_value", "value")
                         .withColumn("key", F.lit(None).cast("binary"))
                     )
-                    append = inheritable_thread_target(batch.sparkSession)(_append_unheld)  # the query's pool, tags
-                    quarantined = beside.submit(append, lake, bad, "quarantine_events", span, fences)
+                    appends.append(beside.submit(append, lake, bad, "quarantine_events", span, fences))
                 good = batch.where(F.col("reason").isNull()).withColumn("part_date", F.to_date("event_time"))
                 if span.good:
                     judged, keep = _judge(good, lake, span, kept, found_rows)
@@ -183,20 +186,20 @@ def write_ingest_batch(
                     ).first()
                     if counts["duplicates"]:
                         dups = _stamped(judged.where("_duplicate")).select(*DUPLICATE_COLUMNS)
-                        _append_unheld(lake, dups, "duplicate_events", span, fences)
-                if quarantined is not None:
-                    quarantined.result()  # bronze comes last
+                        appends.append(beside.submit(append, lake, dups, "duplicate_events", span, fences))
                 if judged is not None and counts["new"]:
                     lake.write(
                         _stamped(judged.where("_new")).select(*columns), "bronze_events", "append", ["part_date"]
                     )
                 elif not lake.exists("bronze_events"):  # no valid event; the first batch still creates bronze (empty)
                     lake.write(_stamped(good).select(*columns).limit(0), "bronze_events", "append", ["part_date"])
-                if judged is not None:
-                    if keep:
-                        kept.keep(judged, span.good, span.hi)
-                    else:
-                        kept.forget(span.hi)
+                for done in appends:
+                    done.result()  # a failed append fails the batch
+            if judged is not None:
+                if keep:
+                    kept.keep(judged, span.good, span.hi)
+                else:
+                    kept.forget(span.hi)
         except BaseException:
             kept.forget(None)  # a failed batch ends the run: nothing stays cached
             keep = False
@@ -440,25 +443,32 @@ def _judge(good: DataFrame, lake: Tables, span: BatchSpan, kept: RecentBatches, 
 
 
 def resume_offsets(spark: SparkSession, settings: Settings) -> str:
-    """Where a NEW ingest checkpoint starts reading: after the last record of each partition bronze holds.
+    """Where a NEW ingest checkpoint starts reading: in each partition, at the last batch that appended to bronze.
 
-    Bronze is written last in each batch, so its highest offset per partition ends a completed batch; records after it
-    (a batch that was cut short) are read again, and the idempotent writes add nothing for the ones already kept.
-    Partitions bronze knows nothing of start at the earliest record. ``earliest`` when bronze does not exist.
+    A batch's three appends run side by side, so of the last batch, quarantine or duplicates may not have committed
+    when bronze's did; every earlier batch committed all three (a batch starts once the one before has ended). So the
+    new checkpoint reads, in each partition, the last batch that appended rows of it to bronze again (and any batch
+    after it that appended none): it starts after the highest offset of the partition's rows from earlier batches.
+    A batch's rows share one ``ingest_time`` (one per append), and the partition's last batch is the one that holds its
+    highest offset: no clock is compared. The records read again add nothing where a table already holds them (the
+    appends are idempotent, :func:`write_ingest_batch`). Partitions bronze holds no earlier batch of start at the
+    earliest record; ``earliest`` when it holds none of any partition.
     """
     lake = Tables(spark, settings)
     if not lake.exists("bronze_events"):
         return "earliest"
+    bronze = lake.read("bronze_events").where(F.col("topic") == settings.events_topic)
+    last_batch = bronze.groupBy("partition").agg(F.max_by("ingest_time", "offset").alias("_last_batch"))
     held = (
-        lake.read("bronze_events")
-        .where(F.col("topic") == settings.events_topic)
+        bronze.join(last_batch, "partition")
+        .where(F.col("ingest_time") != F.col("_last_batch"))
         .groupBy("partition")
         .agg(F.max("offset").alias("last"))
         .collect()
     )
-    if not held:
-        return "earliest"
     last = {int(row["partition"]): int(row["last"]) for row in held}
+    if not last:  # bronze holds no batch before its last: every partition from its start
+        return "earliest"
     partitions = set(topic_partitions(settings, settings.events_topic, spark=spark)) | set(last)
     return json.dumps({settings.events_topic: {str(p): last[p] + 1 if p in last else -2 for p in sorted(partitions)}})
 
