@@ -103,6 +103,14 @@ def main() -> None:
         "JIT has compiled more of the code by then (ingest against the parse with one append, both ways)",
     )
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --floors: this many rounds of the floor parse -> append and ingest again, one after the other in "
+        "the same JVM, each on new tables; each round's ratio and their mean (the ratio moves by a few hundredths "
+        "from run to run)",
+    )
+    parser.add_argument(
         "--conf",
         action="append",
         default=[],
@@ -113,6 +121,8 @@ def main() -> None:
     args = parser.parse_args()
     if any("=" not in each for each in args.conf):
         parser.error("--conf takes KEY=VALUE")
+    if args.rounds < 1 or (args.rounds > 1 and not args.floors):
+        parser.error("--rounds takes a count of at least 1, and more than 1 only with --floors")
 
     with scratch_run("ingest", max_offsets_per_trigger=str(args.batch)) as settings:
         figures, table = measure(args, settings, settings.events_topic)
@@ -170,20 +180,33 @@ def measure(args, settings, topic: str) -> tuple[dict, list[dict]]:
             if full:
                 figures[f"full batches: floor {name} (events/s)"] = full
     if floors:  # ingest ran in a JVM whose JIT had compiled little of its code yet; the floors after it, warmer
-        again = settings.replace(base_path=f"{settings.base_path}/again", schema=f"{settings.schema}_again")
-        warm_elapsed, _, warm_batches = run_to_end(lambda: ingest.start_ingest(spark, again))
-        floors["ingest again, after the floors"] = (args.events / warm_elapsed, warm_batches)
-        print(f"  {'ingest again, after the floors':<32}: whole run {args.events / warm_elapsed:>9,.0f}")
-        figures["ingest again, after the floors (events/s)"] = args.events / warm_elapsed
-        floor = full_batch_rate(floors["parse -> append (foreachBatch)"][1], args.batch)
-        for label, ingest_full in (
-            ("ingest", steady_ingest),
-            ("ingest again", full_batch_rate(warm_batches, args.batch)),
-        ):
-            if ingest_full and floor:
-                figures[f"full batches: {label} (events/s)"] = ingest_full
-                figures[f"full batches: {label} / floor parse -> append (foreachBatch) (x)"] = ingest_full / floor
-                print(f"  full batches, {label} / floor parse -> append: {ingest_full / floor:.3f}")
+        floor_name = "parse -> append (foreachBatch)"
+        ratios = []
+        for round_ in range(1, args.rounds + 1):
+            if round_ > 1:  # the floor again, then ingest again: each round's ratio from a JVM as warm for both
+                here = settings.replace(base_path=f"{settings.base_path}/round{round_}")
+                floors[f"{floor_name}, round {round_}"] = run_floors(spark, here, only=floor_name)[floor_name]
+            tag = "" if round_ == 1 else f", round {round_}"
+            again = settings.replace(
+                base_path=f"{settings.base_path}/again{round_}", schema=f"{settings.schema}_again{round_}"
+            )
+            warm_elapsed, _, warm_batches = run_to_end(lambda again=again: ingest.start_ingest(spark, again))
+            floors[f"ingest again, after the floors{tag}"] = (args.events / warm_elapsed, warm_batches)
+            print(f"  {'ingest again, after the floors' + tag:<32}: whole run {args.events / warm_elapsed:>9,.0f}")
+            figures[f"ingest again, after the floors{tag} (events/s)"] = args.events / warm_elapsed
+            floor = full_batch_rate(floors[floor_name + tag][1], args.batch)
+            labels = [("ingest", steady_ingest)] if round_ == 1 else []
+            for label, ingest_full in (*labels, ("ingest again", full_batch_rate(warm_batches, args.batch))):
+                if ingest_full and floor:
+                    figures[f"full batches{tag}: {label} (events/s)"] = ingest_full
+                    figures[f"full batches{tag}: {label} / floor {floor_name} (x)"] = ingest_full / floor
+                    print(f"  full batches{tag}, {label} / floor parse -> append: {ingest_full / floor:.3f}")
+            if floor and full_batch_rate(warm_batches, args.batch):
+                ratios.append(full_batch_rate(warm_batches, args.batch) / floor)
+        if args.rounds > 1 and ratios:
+            mean = sum(ratios) / len(ratios)
+            figures[f"full batches, mean of {len(ratios)} rounds: ingest again / floor {floor_name} (x)"] = mean
+            print(f"  full batches, mean of {len(ratios)} rounds, ingest again / floor parse -> append: {mean:.3f}")
     table = []
     for name, query_batches in (("noop", noop_batches), ("ingest", batches), *((n, b) for n, (_, b) in floors.items())):
         for p in query_batches:
@@ -233,9 +256,9 @@ def measure(args, settings, topic: str) -> tuple[dict, list[dict]]:
     return figures, table
 
 
-def run_floors(spark, settings) -> dict[str, tuple[float, list[dict]]]:
+def run_floors(spark, settings, only: str | None = None) -> dict[str, tuple[float, list[dict]]]:
     """Queries that do part of ingest's work, on the same topic and batch size: the whole-run events/s and the
-    micro-batches of each.
+    micro-batches of each (``only``: that one alone).
 
     * ``parse -> noop`` parses and validates every record as ingest does, and writes nothing;
     * ``parse -> append (foreachBatch)`` also appends the valid events to a Delta table partitioned like bronze, as
@@ -274,6 +297,8 @@ def run_floors(spark, settings) -> dict[str, tuple[float, list[dict]]]:
     }
     rates = {}
     for name, writer in runs.items():
+        if only is not None and name != only:
+            continue
         checkpoint = f"{settings.base_path}/checkpoints/floor-{len(rates)}"
 
         def run(writer=writer, checkpoint=checkpoint):
