@@ -195,14 +195,15 @@ def measure(args, settings, topic: str) -> tuple[dict, list[dict]]:
             print(f"  {'ingest again, after the floors' + tag:<32}: whole run {args.events / warm_elapsed:>9,.0f}")
             figures[f"ingest again, after the floors{tag} (events/s)"] = args.events / warm_elapsed
             floor = full_batch_rate(floors[floor_name + tag][1], args.batch)
+            again_full = full_batch_rate(warm_batches, args.batch)
             labels = [("ingest", steady_ingest)] if round_ == 1 else []
-            for label, ingest_full in (*labels, ("ingest again", full_batch_rate(warm_batches, args.batch))):
+            for label, ingest_full in (*labels, ("ingest again", again_full)):
                 if ingest_full and floor:
                     figures[f"full batches{tag}: {label} (events/s)"] = ingest_full
                     figures[f"full batches{tag}: {label} / floor {floor_name} (x)"] = ingest_full / floor
                     print(f"  full batches{tag}, {label} / floor parse -> append: {ingest_full / floor:.3f}")
-            if floor and full_batch_rate(warm_batches, args.batch):
-                ratios.append(full_batch_rate(warm_batches, args.batch) / floor)
+            if again_full and floor:
+                ratios.append(again_full / floor)
         if args.rounds > 1 and ratios:
             mean = sum(ratios) / len(ratios)
             figures[f"full batches, mean of {len(ratios)} rounds: ingest again / floor {floor_name} (x)"] = mean
