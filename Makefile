@@ -75,6 +75,7 @@ lab: jars broker-up
 
 bench: jars broker-up
 	$(PY) benchmarks/cold_start.py
+	$(PY) benchmarks/python_worker.py
 	$(PY) benchmarks/job_start.py
 	$(PY) benchmarks/fault_points.py
 	$(PY) benchmarks/ingest.py

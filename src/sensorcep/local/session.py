@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from sensorcep.local import class_archive
+from sensorcep.local import class_archive, python_worker
 from sensorcep.local.jars import pinned_version, spark_jars
 from sensorcep.local.java import check_java
 from sensorcep.runtime import OSS_ROCKSDB_PROVIDER
@@ -198,7 +198,9 @@ class LocalDbutils:
 def start(app_name: str = "sensor-cep", extra_conf: tuple = ()) -> SparkSession:
     """The local SparkSession (entry point ``sensorcep.laptop: session``)."""
     check_java()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    workers = python_worker.interpreter()  # pyspark imported from its installed bytecode in the workers
+    if os.environ.get("PYSPARK_PYTHON") in (None, sys.executable, workers):  # a user's own interpreter wins
+        os.environ["PYSPARK_PYTHON"] = workers
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     conf = {
