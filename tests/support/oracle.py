@@ -234,8 +234,9 @@ def stateful_rule_alerts(
                         used.add(j)  # used up
                         alert(device, t, rule)
             elif rule["kind"] == "baseline":
+                before = ew_baselines_before(values, rule["span"])
                 for i, (t, x) in enumerate(zip(at, values, strict=True)):
-                    mean, spread = ew_baseline(values[:i], rule["span"])
+                    mean, spread = before[i]
                     floor = rule.get("min_spread") or 0.0
                     # pandas' weighted mean of a constant run may miss the constant by rounding: that is no departure
                     departure = abs(x - mean) if abs(x - mean) > 1e-9 * (1 + abs(mean)) else 0.0
@@ -366,10 +367,17 @@ def _latest_first(events: list[dict], first: dict, before: int) -> int | None:
 def ew_baseline(values: list[float], span: int) -> tuple[float, float]:
     """Exponentially weighted mean and (biased) standard deviation of ``values``, alpha = 2 / (span + 1), by pandas
     (``ewm(adjust=False)``): an implementation independent of the rules' own recursion."""
+    return ew_baselines_before([*values, 0.0], span)[-1]
+
+
+def ew_baselines_before(values: list[float], span: int) -> list[tuple[float, float]]:
+    """:func:`ew_baseline` of each prefix ``values[:i]``, i.e. the baseline each value meets, from one pass of pandas
+    (its weighted statistics of a series are those of each prefix, in order); (0.0, 0.0) before the first value."""
     if not values:
-        return 0.0, 0.0
+        return []
     weighted = pd.Series(values, dtype="float64").ewm(alpha=2.0 / (span + 1), adjust=False)
-    return float(weighted.mean().iloc[-1]), float(weighted.std(bias=True).iloc[-1])
+    means, spreads = weighted.mean().tolist(), weighted.std(bias=True).tolist()
+    return [(0.0, 0.0), *((float(m), float(s)) for m, s in zip(means[:-1], spreads[:-1], strict=True))]
 
 
 def lifecycle_steps(inputs: list[tuple], watermark_s: int, latch: bool, suppress_s: int, escalate_s: int) -> list:

@@ -295,3 +295,21 @@ def test_an_aggregate_compares_with_a_value_or_each_devices_own_number_not_both(
                                        if k != "value"}, "op": ">", "value_from": "devices.setpoint"}]})  # fmt: skip
     assert (over.text, over.devices_column) == ("avg(sensor_freq) over 1 minute > devices.setpoint", "setpoint")
     assert "value_from" not in spec_json(parse_rules({"rules": [aggregate()]})[0]), "an old rule keeps its spec"
+
+
+READINGS = st.sampled_from([5.0, 5.0, -3.5, 0.1, 97.0, 1e9]) | st.floats(-1e3, 1e3)  # constant runs, jumps, noise
+
+
+@given(st.lists(READINGS, max_size=40), st.integers(1, 30))
+def test_the_baseline_oracle_gives_each_event_the_baseline_of_the_events_before_it(values, span):
+    """The oracle's one pass over a device's values (``ew_baselines_before``) equals pandas over each prefix alone."""
+    from support.oracle import ew_baseline, ew_baselines_before
+
+    def alone(prefix: list[float]) -> tuple[float, float]:
+        if not prefix:
+            return 0.0, 0.0
+        weighted = pd.Series(prefix, dtype="float64").ewm(alpha=2.0 / (span + 1), adjust=False)
+        return float(weighted.mean().iloc[-1]), float(weighted.std(bias=True).iloc[-1])
+
+    assert ew_baselines_before(values, span) == [alone(values[:i]) for i in range(len(values))]
+    assert ew_baseline(values, span) == alone(values)
