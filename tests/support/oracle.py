@@ -14,6 +14,7 @@ An empty DataFrame in ``batches`` stands for a no-data batch (e.g. the one a run
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import math
@@ -226,10 +227,11 @@ def stateful_rule_alerts(
                         alert(device, t, rule)
             elif rule["kind"] == "sequence":
                 within_us = pd.Timedelta(rule["within"]).value // 1000
+                firsts = [j for j, e in enumerate(ordered) if meets(rule["first"], e)]
                 for i, t in enumerate(times):
                     if not meets(rule["then"], ordered[i]):
                         continue
-                    j = _latest_first(ordered, rule["first"], i)  # the one the query remembers
+                    j = _latest_before(firsts, i)  # the one the query remembers
                     if j is not None and t - times[j] <= within_us and j not in used:
                         used.add(j)  # used up
                         alert(device, t, rule)
@@ -358,10 +360,11 @@ def _window_aggregates(rule: dict, times: list[int], events: list[dict], until_u
     return found
 
 
-def _latest_first(events: list[dict], first: dict, before: int) -> int | None:
-    """The index of the latest event before ``before`` that met the sequence's ``first`` condition."""
-    found = [j for j in range(before) if meets(first, events[j])]
-    return found[-1] if found else None
+def _latest_before(firsts: list[int], before: int) -> int | None:
+    """Of the (ascending) indices of the events that met the sequence's ``first`` condition, the latest before
+    ``before``."""
+    at = bisect.bisect_left(firsts, before)
+    return firsts[at - 1] if at else None
 
 
 def ew_baseline(values: list[float], span: int) -> tuple[float, float]:
