@@ -4,8 +4,9 @@ py4j imported from their installed packages instead of Spark's source archives.
 Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` and py4j's source zip first on every Python worker's path: the
 worker daemon (and the workers it forks), and the one-off worker that reads a ``transformWithStateInPandas``
 processor's state schema each time such a query starts. Python compiles every module it imports from a zip archive
-again in each process (it caches no bytecode for them): the modules a worker imports took 0.7-0.8 s of CPU that way,
-against 0.2 s from the installed package, whose bytecode pip compiled once (decision 0054). With a pip-installed
+again in each process (it caches no bytecode for them): the modules a worker imports took 0.87 s of CPU that way,
+against 0.35 s from the installed package, whose bytecode pip compiled once (``benchmarks/python_worker.py``,
+decision 0054). With a pip-installed
 pyspark both are the same release: ``SPARK_HOME`` is the package's own folder. The archives are moved to the end of
 the path, not removed, so whatever only they hold still imports.
 
