@@ -91,18 +91,10 @@ QUERY = textwrap.dedent(
 )
 
 
-def spark_archives() -> list[str]:
-    """The source archives Spark puts first on a worker's path (``$SPARK_HOME/python/lib``)."""
-    import pyspark
-
-    lib = Path(pyspark.__file__).parent / "python" / "lib"
-    return sorted(str(path) for path in lib.glob("*.zip"))
-
-
 def worker_imports(kind: str, probe_dir: Path) -> dict:
     """One fresh worker process's imports: wall and CPU seconds, and where pyspark came from."""
     python = sys.executable if kind == BASELINE else python_worker.interpreter()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*spark_archives(), str(probe_dir)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*python_worker.spark_archives(), str(probe_dir)])}
     before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     done = subprocess.run([python, "-m", "worker_probe"], env=env, capture_output=True, text=True, check=True)
     wall, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -12,7 +12,7 @@ import pytest
 
 from sensorcep.local import python_worker
 
-ARCHIVES = sorted(str(p) for p in (Path(pyspark.__file__).parent / "python" / "lib").glob("*.zip"))
+ARCHIVES = python_worker.spark_archives()
 PROBE = "import json, os, sys, pyspark; print(json.dumps([pyspark.__file__, sys.argv, os.environ['PYTHONPATH']]))"
 
 

@@ -16,6 +16,7 @@ It is the console script ``sensorcep-python-worker`` (``pyproject.toml``), which
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import runpy
 import sys
@@ -31,6 +32,13 @@ def is_spark_archive(entry: str) -> bool:
     path = Path(entry)
     named = path.name == "pyspark.zip" or (path.name.startswith("py4j-") and path.name.endswith("-src.zip"))
     return named and path.parent.name == "lib" and path.parent.parent.name == "python"
+
+
+def spark_archives() -> list[str]:
+    """The source archives Spark puts first on a worker's path: ``$SPARK_HOME/python/lib/*.zip`` of the installed
+    pyspark (found, not imported)."""
+    package = Path(importlib.util.find_spec("pyspark").origin).parent
+    return sorted(str(path) for path in (package / "python" / "lib").glob("*.zip"))
 
 
 def archives_last(entries: list[str]) -> list[str]:
