@@ -80,6 +80,7 @@ bench: jars broker-up
 	$(PY) benchmarks/fault_points.py
 	$(PY) benchmarks/ingest.py
 	$(PY) benchmarks/sampling.py
+	$(PY) benchmarks/sampling_pass.py
 	$(PY) benchmarks/alert_latency.py
 	$(PY) benchmarks/stateful_rules.py
 	$(PY) benchmarks/state_tuning.py
