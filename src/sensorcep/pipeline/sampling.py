@@ -110,7 +110,7 @@ def window_samples(
 def in_window_order(events: pd.DataFrame | pa.Table) -> pa.Table:
     """Events sorted by (event_time, device_id, sensor_freq), each (device_id, event_time) once (smallest freq), as
     one Arrow table. Arrow sorts the strings natively: a window pass's 2.4 million events in about 0.3 s, where pandas'
-    sort of its Python strings took 2.1 s (``benchmarks/sampling_pass.py``: a whole pass 0.59 s against 2.93 s;
+    sort of its Python strings took 2.1 s (``benchmarks/sampling_pass.py``: a whole pass 0.58 s against 2.77 s;
     decision 0056)."""
     table = events if isinstance(events, pa.Table) else pa.Table.from_pandas(events[ORDER], preserve_index=False)
     ordered = table.select(ORDER).sort_by([(name, "ascending") for name in ORDER]).combine_chunks()
