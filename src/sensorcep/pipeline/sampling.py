@@ -140,7 +140,7 @@ def _picked(anomalous: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, list[l
 
 def _rows(ordered: pa.Table, anomalous: np.ndarray, chosen: list[np.ndarray], roles: list[list[str]]) -> pd.DataFrame:
     """The ``chosen`` rows of the ordered events (only they become pandas rows) with their roles."""
-    at = np.concatenate(chosen).astype(np.int64) if chosen else np.array([], dtype=np.int64)
+    at = np.concatenate(chosen).astype(np.int64)  # a list of one array at least: an empty window gives an empty one
     samples = ordered.take(at).to_pandas()
     samples["roles"] = pd.Series(roles, dtype=object)
     samples["is_anomalous"] = anomalous[at].astype("int32")
