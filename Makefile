@@ -3,7 +3,8 @@
 #   make test   venv + JVM jars + ruff (lint, format) + the whole test suite, every tier (tests/unit, spark, kafka with
 #               the real broker, e2e: Spark Connect and the notebooks, fault: the seeded fault test)
 #   make unit   only tests/unit: no JVM, no broker, no browser, under a minute
-#   make nightly  make test with the full property counts, 04's quick preset and generated code, then the long fault chain
+#   make nightly  make test with the full property counts, 04's quick preset, generated code and every table's kill
+#               points, then the long fault chain
 # Prerequisites: Python 3.10+, Java 17, Maven 3.8+ (fetches the jars pinned in jvm/pom.xml once, into .jars/); for the
 # tests also Chromium (they open the run's HTML report in it, headless)
 PYTHON ?= python3

@@ -2,14 +2,15 @@
 
     .venv/bin/python benchmarks/fault_points.py [--passes 2] [--points P1,P2,...] [--generated-code]
 
-The suite's fault run (``tests/fault/test_nemesis.py``) visits each of its 26 kill points in a run of the always-on job
-of its own: a fresh process group (Python, a Spark JVM, Python workers) that starts the queries reaching the point
-(``support.nemesis.queries_for``), runs to the point and is killed there (decision 0038). This script runs the fault
-test's machinery (its fleet, its own broker, its job driver) over one point per set of queries the suite's plan
-starts, ``--passes`` times, and measures each point's run: wall seconds from start to kill, the machine's busy core
-seconds and how they split between the processes (polled every 0.2 s: a killed process's last
-fraction of a second is lost, and so is most of the short-lived launcher JVM: the parts add up to a little less than
-the machine), and then prices the suite's whole plan at those medians.
+The suite's fault run (``tests/fault/test_nemesis.py``) visits each of its kill points (12 in ``make test``, 26 in
+``make nightly``: decision 0057) in a run of the always-on job of its own: a fresh process group (Python, a Spark JVM,
+Python workers) that starts the queries reaching the point (``support.nemesis.queries_for``), runs to the point and
+is killed there (decision 0038). This script runs the fault test's machinery (its fleet, its own broker, its job
+driver) over one point per set of queries the suite's plan starts, ``--passes`` times, and measures each point's run:
+wall seconds from start to kill, the machine's busy core seconds and how they split between the processes (polled
+every 0.2 s: a killed process's last fraction of a second is lost, and so is most of the short-lived launcher JVM:
+the parts add up to a little less than the machine), and then prices the suite's whole plan at those medians,
+``make test``'s and ``make nightly``'s.
 
 The baseline, in the same run: a bare cold start in a fresh process (a local session, a first Delta write and read of
 a one-row table, no query, no broker), what any fresh run pays before its own work, so a point's ratio says how many
@@ -223,10 +224,11 @@ def main() -> None:
     for queries, runs in by_queries.items():
         figures[f"{queries} (core-s)"] = _median(r["machine (core-s)"] for r in runs)
     # the suite's plan priced at these medians: each of its points at its set of queries' median (or the overall one)
-    plan = [a.arg for a in suite_plan(SEED) if a.kind == "point"]
     overall = figures["a point's run (core-s)"]
-    priced = [figures.get(f"{'+'.join(queries_for(point))} (core-s)", overall) for point in plan]
-    figures[f"the suite's {len(plan)} point runs, priced (core-s)"] = round(sum(priced), 1)
+    for make, every_table in (("make test", False), ("make nightly", True)):
+        plan = [a.arg for a in suite_plan(SEED, every_table) if a.kind == "point"]
+        priced = [figures.get(f"{'+'.join(queries_for(point))} (core-s)", overall) for point in plan]
+        figures[f"{make}'s {len(plan)} point runs, priced (core-s)"] = round(sum(priced), 1)
     for name, value in figures.items():
         print(f"{name:60} {value}")
     record("fault_points", figures, table=rows, baseline=BASELINE)

@@ -204,25 +204,34 @@ def _renamed_before_the_kill(point: str, lines: list[str]) -> str:
     return f"the kill came after {temporary.name} was renamed to {final.name}"
 
 
-def suite_points(rng: random.Random) -> list[str]:
-    """The kill points the suite's run visits: every table's Delta append or MERGE, before and after its commit (a
-    table several queries write, ``late_events``: by one of them, seeded), and :data:`SUITE`; each at K = 1."""
+def suite_points(rng: random.Random, every_table: bool = False) -> list[str]:
+    """The kill points of the suite's run, each at K = 1: :data:`SUITE`, and Delta writes: with ``every_table``
+    (``make nightly``) every table's append or MERGE, before and after its commit (a table several queries write,
+    ``late_events``: by one of them, seeded); else (``make test``) one write of each query that writes a table, its
+    table and side seeded: ``sampling`` after its ``sensor_samples`` commit (the reset follows it: :func:`suite_plan`),
+    the next query before its commit, so that both sides are visited (decision 0057)."""
     writers: dict[str, list[str]] = {}
     for query, table in WRITES:
         writers.setdefault(table, []).append(query)
-    points = [
-        _point(kind, (rng.choice(queries), table), 1)
-        for kind in ("before", "after")
-        for table, queries in writers.items()
-    ]
-    return points + [_point(kind, rng.choice(targets), 1) for kind, targets in SUITE.items()]
+    if every_table:
+        writes = [
+            _point(kind, (rng.choice(queries), table), 1)
+            for kind in ("before", "after")
+            for table, queries in writers.items()
+        ]
+    else:
+        writes = [_point("after", (RESET, "sensor_samples"), 1)]
+        for query in dict.fromkeys(q for q, _ in WRITES if q != RESET):
+            side = "before" if len(writes) == 1 else rng.choice(("before", "after"))
+            writes.append(_point(side, (query, rng.choice([t for q, t in WRITES if q == query])), 1))
+    return writes + [_point(kind, rng.choice(targets), 1) for kind, targets in SUITE.items()]
 
 
-def suite_plan(seed: int) -> list[Action]:
+def suite_plan(seed: int, every_table: bool = False) -> list[Action]:
     """The suite's run: every point of :func:`suite_points` once, the Kafka sink and the broker killed once, one reset
     of a downstream checkpoint, one stop of the real-time query and one second writer, in a seeded order."""
     rng = random.Random(seed)
-    actions = [Action("point", point) for point in suite_points(rng)]
+    actions = [Action("point", point) for point in suite_points(rng, every_table)]
     rng.shuffle(actions)
     # right after the query's first commit of its output: its tables hold rows, which the refusal must name
     wrote = next(i for i, a in enumerate(actions) if a.arg == _point("after", (RESET, "sensor_samples"), 1))
@@ -1324,7 +1333,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--kills", type=int, default=60, help="length of the random chain")
-    parser.add_argument("--suite", action="store_true", help="the suite's plan: every named point once")
+    parser.add_argument("--suite", action="store_true", help="make test's plan: every kind of named point once")
+    parser.add_argument("--every-table", action="store_true", help="with --suite: make nightly's, every table's writes")
     parser.add_argument("--broker", default="127.0.0.1:19095", help="host:port of the nemesis' own broker")
     parser.add_argument("--actions", help="these actions instead of a drawn plan, e.g. task:alerts,sink,broker")
     args = parser.parse_args()
@@ -1337,7 +1347,7 @@ def main() -> None:
                 f"unknown actions {sorted(unknown)}: one of {', '.join(KILLS)}, stop_alerts, second_writer, reset"
             )
     else:
-        actions = suite_plan(args.seed) if args.suite else plan(args.seed, args.kills)
+        actions = suite_plan(args.seed, args.every_table) if args.suite else plan(args.seed, args.kills)
     print(f"seed {args.seed}, plan: {', '.join(map(str, actions))}", flush=True)
     nemesis = Nemesis(args.seed, actions, workdir, args.broker)
     try:
