@@ -28,7 +28,7 @@ from pathlib import Path
 import hypothesis
 import pytest
 from support.ports import CONNECT_PORT, TEST_BROKER
-from support.profiles import BROKER_JVM_OPTIONS, INTERPRETED, NIGHTLY, TEST_JVM_OPTIONS
+from support.profiles import BROKER_JVM_OPTIONS, INTERPRETED, NIGHTLY, TEST_JVM_OPTIONS, WORKER_JVM_OPTIONS
 
 SESSION_DIR = Path(tempfile.mkdtemp(prefix="sensorcep-tests-"))
 
@@ -46,6 +46,8 @@ RUN_ORDER = ("fault", "e2e", "kafka", "spark", "unit")
 FORBIDDEN = {"unit": {"spark", "bootstrap"}, "spark": {"bootstrap"}}
 #: tiers whose tests need the session's broker
 BROKER_TIERS = {"kafka", "e2e"}
+#: the JVM options of the worker's session and of every other JVM the tests start (``pytest_sessionstart``)
+JVM_OPTIONS: dict[str, str] = {}
 
 
 def tier(item) -> str:
@@ -124,15 +126,24 @@ def pytest_sessionstart(session):
             "SENSORCEP_DRIVER_MEMORY": "3g",
             "SENSORCEP_RUN_DIR": str(SESSION_DIR / "run"),  # where notebooks save their plots (not the source tree)
             "SENSORCEP_TUNING_PRESET": "quick" if NIGHTLY else "smoke",  # 04: the study's path, not the study
-            # every test JVM (the workers' sessions too): the C1 compiler only, one GC thread, expressions interpreted
-            # (tests/support/profiles.py); the product's sessions keep the JVM's defaults. Set by hand, it wins
-            "SENSORCEP_JVM_OPTIONS": os.environ.get("SENSORCEP_JVM_OPTIONS")
-            or TEST_JVM_OPTIONS + ("" if NIGHTLY else f" {INTERPRETED}"),
+            # short-lived test JVMs: the C1 compiler only, one GC thread (measured: the device-activity and sampling
+            # restart tests, 114 s -> 90 s on 2 cores); the product's sessions keep the JVM's defaults
+            "SENSORCEP_JVM_OPTIONS": _jvm_options("others"),
             "SENSORCEP_BROKER_JVM_OPTIONS": BROKER_JVM_OPTIONS,
             # the catalog's managed tables: the session's own (make test runs two sessions side by side)
             "SENSORCEP_WAREHOUSE_DIR": str(SESSION_DIR / "warehouse"),
         }
     )
+
+
+def _jvm_options(which: str) -> str:
+    """The options of the worker's session (``"worker"``) or of the other JVMs (``"others"``); a
+    ``SENSORCEP_JVM_OPTIONS`` set by hand wins for both."""
+    if not JVM_OPTIONS:
+        mode = "" if NIGHTLY else f" {INTERPRETED}"
+        own = os.environ.get("SENSORCEP_JVM_OPTIONS")
+        JVM_OPTIONS.update(worker=own or WORKER_JVM_OPTIONS + mode, others=own or TEST_JVM_OPTIONS + mode)
+    return JVM_OPTIONS[which]
 
 
 def _start_broker():
@@ -161,16 +172,17 @@ def spark():
 
 
 def _serving_session():
-    """The worker's one session, serving Spark Connect (the port's variable is set only while it starts: the notebooks'
-    kernels that start sessions of their own must not bind the port again)."""
+    """The worker's one session, serving Spark Connect, with the worker's JVM options (both variables are set only while
+    it starts: the notebooks' kernels that start sessions of their own must not bind the port again)."""
     from sensorcep.local.session import CONNECT_PORT_ENV
     from sensorcep.runtime import get_spark
 
-    os.environ[CONNECT_PORT_ENV] = str(CONNECT_PORT)
+    os.environ.update({CONNECT_PORT_ENV: str(CONNECT_PORT), "SENSORCEP_JVM_OPTIONS": _jvm_options("worker")})
     try:
         return get_spark()
     finally:
         del os.environ[CONNECT_PORT_ENV]
+        os.environ["SENSORCEP_JVM_OPTIONS"] = _jvm_options("others")
 
 
 #: the notebooks that run as Spark Connect clients of the worker's session: serverless' and standard access mode's

@@ -14,12 +14,9 @@ def examples(nightly: int, suite: int = 2) -> int:
 
 
 #: the tests' Spark JVMs start quicker with the first JIT tier only and the serial collector (two spark tests: 114 s
-#: -> 90 s). The workers' own sessions too, though they live the whole run: C2 compiling Spark's large code base took
-#: 31% of a worker JVM's CPU over five minutes of two kafka modules (async-profiler), which took 0.87x the core-seconds
-#: on the first tier only (decision 0058); the suite is bound by CPU, so its core-seconds are its time. That mode
-#: shrinks the JIT's code cache to the client VM's 48 MB, which a long run of the job (the fault test's drain) filled:
-#: the JVM then fails to link a method handle ("NoSuchMethodException: ... linkToStatic"), so the cache is given
-#: Spark's room again; and a larger thread stack for the first tier's larger frames
+#: -> 90 s). That mode shrinks the JIT's code cache to the client VM's 48 MB, which a long run of the job (the fault
+#: test's drain) filled: the JVM then fails to link a method handle ("NoSuchMethodException: ... linkToStatic"), so
+#: the cache is given Spark's room again; and a larger thread stack for the first tier's larger frames
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m -Xss4m"
 #: ``make test`` evaluates Spark's expressions and plans interpreted, as Spark's own suites run each expression test in
 #: that mode too (``spark.sql.codegen.factoryMode=NO_CODEGEN``): the tests' data is small, so compiling generated code
@@ -28,5 +25,8 @@ TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCac
 #: subprocesses, the fault test's job) gets them. ``make nightly``, ``make demo`` and the benchmarks run generated code,
 #: the product's default, but ``benchmarks/fault_points.py``, which measures what the suite pays (decision 0022)
 INTERPRETED = "-Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
+#: the workers' own sessions live the whole run (about 25 minutes): they keep the JIT's optimising tier (C2), whose
+#: code pays back over that time; the short-lived JVMs (job subprocesses, the notebooks' kernels) start quicker with C1
+WORKER_JVM_OPTIONS = TEST_JVM_OPTIONS.replace("-XX:TieredStopAtLevel=1 ", "")
 #: the brokers too: the first JIT tier, the serial collector (the broker's defaults: G1 and the full JIT)
 BROKER_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
