@@ -3,6 +3,7 @@ fails at once, naming it, also through another checkpoint (another query_suffix)
 
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -97,3 +98,27 @@ def test_a_failed_query_keeps_its_claim_until_its_restart_takes_it_and_a_stopped
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
+
+
+def test_a_claim_released_by_two_threads_at_once_is_let_go_once_and_neither_fails(tmp_path):
+    """The always-on job's loop and a task restarted from another thread both release a stopped query's claim (seen in
+    the fault test: the second unlocked a file the first had closed, and the restart never happened)."""
+    settings = Settings(base_path=str(tmp_path))
+    claim = claims.claim_checkpoint(settings, "alerts")
+    start, failed = threading.Barrier(8), []
+
+    def release() -> None:
+        start.wait()
+        try:
+            claim.release()
+        except Exception as error:  # noqa: BLE001 - what the test looks for
+            failed.append(error)
+
+    threads = [threading.Thread(target=release) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failed
+    assert claim.released and claim.handle.closed
+    claims.claim_checkpoint(settings, "alerts").release()  # free again

@@ -24,6 +24,7 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -46,17 +47,27 @@ class CheckpointClaim:
     handle: object
     query: StreamingQuery | None = None
     others: list = field(default_factory=list)  # further locked files, released with it
+    released: bool = False
 
     def release(self) -> None:
-        _claims.pop(self.path, None)
-        for handle in [self.handle, *self.others]:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-            finally:
-                handle.close()
+        """Let the locks go; once (a later call, from any thread, does nothing)."""
+        with _claiming:
+            if self.released:
+                return
+            self.released = True
+            if _claims.get(self.path) is self:
+                del _claims[self.path]
+            for handle in [self.handle, *self.others]:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_UN)
+                finally:
+                    handle.close()
 
 
 _claims: dict[str, CheckpointClaim] = {}
+#: claims are taken and released by whichever thread starts a query: the always-on job's loop, and a task restarted
+#: from another thread (two threads releasing one stopped query's claim: the second unlocked a closed file)
+_claiming = threading.RLock()
 
 
 def writer_lock_path(settings: Settings, query: str) -> str:
@@ -94,6 +105,11 @@ def _lock(path: str, holder: str):
 def claim_checkpoint(settings: Settings, query: str, *, realtime: bool = False) -> CheckpointClaim:
     """Claim the query's checkpoint and its writer lock for this process, or raise :class:`ConcurrentWriterError`
     naming the run that holds either. Where the folders are not local, the claim is a no-op (see the module)."""
+    with _claiming:
+        return _claim(settings, query, realtime)
+
+
+def _claim(settings: Settings, query: str, realtime: bool) -> CheckpointClaim:
     release_checkpoints()
     checkpoint = settings.checkpoint_path(query, realtime=realtime)
     path = checkpoint.rstrip("/") + ".lock"
@@ -133,6 +149,7 @@ def release_checkpoints() -> None:
     """Release this process's claims whose query was stopped. A query that failed keeps its claim: the always-on task
     starts it again on its checkpoint (a Python worker that did not start in time), and no other run may take its
     checkpoint meanwhile; the claim goes with that start (:func:`claim_checkpoint`) or with the process."""
-    for claim in list(_claims.values()):
-        if claim.query is not None and not claim.query.isActive and claim.query.exception() is None:
-            claim.release()
+    with _claiming:
+        for claim in list(_claims.values()):
+            if claim.query is not None and not claim.query.isActive and claim.query.exception() is None:
+                claim.release()
