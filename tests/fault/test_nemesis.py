@@ -115,7 +115,7 @@ def test_every_named_kill_point_is_reached_and_loses_nothing_and_doubles_nothing
         writes = {tuple(point.split(":")[:3]) for point in nemesis.reached if point.split(":")[0] in sides}
         if NIGHTLY:
             tables = {table for _, table in WRITES}
-            assert {(w, t) for w in ("before", "after") for t in tables} <= {(w, t) for w, _, t in writes}, (
+            assert {(w, t) for w in sides for t in tables} <= {(w, t) for w, _, t in writes}, (
                 "every table, before and after"
             )
         assert {query for query, _ in WRITES} == {query for _, query, _ in writes}, "every query, in a write of its own"

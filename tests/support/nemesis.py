@@ -210,10 +210,10 @@ def suite_points(rng: random.Random, every_table: bool = False) -> list[str]:
     ``late_events``: by one of them, seeded); else (``make test``) one write of each query that writes a table, its
     table and side seeded: ``sampling`` after its ``sensor_samples`` commit (the reset follows it: :func:`suite_plan`),
     the next query before its commit, so that both sides are visited (decision 0057)."""
-    writers: dict[str, list[str]] = {}
-    for query, table in WRITES:
-        writers.setdefault(table, []).append(query)
     if every_table:
+        writers: dict[str, list[str]] = {}
+        for query, table in WRITES:
+            writers.setdefault(table, []).append(query)
         writes = [
             _point(kind, (rng.choice(queries), table), 1)
             for kind in ("before", "after")
