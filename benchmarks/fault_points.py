@@ -2,15 +2,15 @@
 
     .venv/bin/python benchmarks/fault_points.py [--passes 2] [--points P1,P2,...] [--generated-code]
 
-The suite's fault run (``tests/fault/test_nemesis.py``) visits each of its kill points (12 in ``make test``, 26 in
-``make nightly``: decision 0057) in a run of the always-on job of its own: a fresh process group (Python, a Spark JVM,
-Python workers) that starts the queries reaching the point (``support.nemesis.queries_for``), runs to the point and
-is killed there (decision 0038). This script runs the fault test's machinery (its fleet, its own broker, its job
-driver) over one point per set of queries the suite's plan starts, ``--passes`` times, and measures each point's run:
-wall seconds from start to kill, the machine's busy core seconds and how they split between the processes (polled
-every 0.2 s: a killed process's last fraction of a second is lost, and so is most of the short-lived launcher JVM:
-the parts add up to a little less than the machine), and then prices the suite's whole plan at those medians,
-``make test``'s and ``make nightly``'s.
+The suite's fault run (``tests/fault/test_nemesis.py``) visits each of its kill points (8 in ``make test``, 26 in ``make
+nightly``: decisions 0059, 0057) in a run of the always-on job of its own: a fresh process group (Python, a Spark JVM,
+Python workers) that starts the queries reaching the point (``support.nemesis.queries_for``), runs to the point and is
+killed there (decision 0038). This script runs the fault test's machinery (its fleet, its own broker, its job driver)
+over one point per set of queries the suite's plan starts, ``--passes`` times, and measures each point's run: wall
+seconds from start to kill, the machine's busy core seconds and how they split between the processes (polled every 0.2
+s: a killed process's last fraction of a second is lost, and so is most of the short-lived launcher JVM: the parts add
+up to a little less than the machine), and then prices the suite's whole plan at those medians, ``make test``'s and
+``make nightly``'s.
 
 The baseline, in the same run: a bare cold start in a fresh process (a local session, a first Delta write and read of
 a one-row table, no query, no broker), what any fresh run pays before its own work, so a point's ratio says how many

@@ -180,14 +180,20 @@ def _point(kind: str, target, k: int) -> str:
     return f"{kind}:{':'.join(target)}:{k}" if isinstance(target, tuple) else f"{kind}:{target}:{k}"
 
 
-def queries_for(point: str) -> list[str]:
-    """The queries a run needs to reach ``point``: the query it names (or the query that writes the table it names)
-    and the queries that feed it (:data:`FEEDERS`), in pipeline order."""
-    from sensorcep.pipeline import registry
-
+def killed_query(point: str) -> str:
+    """The query a point kills in a write of its own: the query it names, or the one that writes the table it names
+    (a table several queries write, ``late_events``: its first writer, as :data:`WRITES` lists them)."""
     kind, name = point.split(":")[:2]
     by_table = kind == "delta_checkpoint" or kind in IN_TABLE
-    query = next(q for q, table in WRITES if table == name) if by_table else name
+    return next(q for q, table in WRITES if table == name) if by_table else name
+
+
+def queries_for(point: str) -> list[str]:
+    """The queries a run needs to reach ``point``: the query it kills (:func:`killed_query`) and the queries that feed
+    it (:data:`FEEDERS`), in pipeline order."""
+    from sensorcep.pipeline import registry
+
+    query = killed_query(point)
     needed = {query, *FEEDERS.get(query, ())}
     return [q for q in registry.registry() if q in needed]
 
@@ -205,26 +211,56 @@ def _renamed_before_the_kill(point: str, lines: list[str]) -> str:
 
 
 def suite_points(rng: random.Random, every_table: bool = False) -> list[str]:
-    """The kill points of the suite's run, each at K = 1: :data:`SUITE`, and Delta writes: with ``every_table``
-    (``make nightly``) every table's append or MERGE, before and after its commit (a table several queries write,
-    ``late_events``: by one of them, seeded); else (``make test``) one write of each query that writes a table, its
-    table and side seeded: ``sampling`` after its ``sensor_samples`` commit (the reset follows it: :func:`suite_plan`),
-    the next query before its commit, so that both sides are visited (decision 0057)."""
-    if every_table:
-        writers: dict[str, list[str]] = {}
-        for query, table in WRITES:
-            writers.setdefault(table, []).append(query)
-        writes = [
-            _point(kind, (rng.choice(queries), table), 1)
-            for kind in ("before", "after")
-            for table, queries in writers.items()
-        ]
-    else:
-        writes = [_point("after", (RESET, "sensor_samples"), 1)]
-        for query in dict.fromkeys(q for q, _ in WRITES if q != RESET):
-            side = "before" if len(writes) == 1 else rng.choice(("before", "after"))
-            writes.append(_point(side, (query, rng.choice([t for q, t in WRITES if q == query])), 1))
+    """The kill points of the suite's run, each at K = 1. ``make nightly`` (``every_table``): every table's append or
+    MERGE, before and after its commit (a table several queries write, ``late_events``: by one of them, seeded), and
+    :data:`SUITE`. ``make test``: every kind once (:func:`_every_kind_once`)."""
+    if not every_table:
+        return _every_kind_once(rng)
+    writers: dict[str, list[str]] = {}
+    for query, table in WRITES:
+        writers.setdefault(table, []).append(query)
+    sides = ("before", "after")
+    writes = [_point(kind, (rng.choice(queries), table), 1) for kind in sides for table, queries in writers.items()]
     return writes + [_point(kind, rng.choice(targets), 1) for kind, targets in SUITE.items()]
+
+
+#: the table of each writing query that every run of it commits to: its first in :data:`WRITES`
+OWN_TABLE = {query: table for query, table in reversed(WRITES)}
+#: the kinds of ``make test``'s run that a seeded query takes (the others have fixed targets: :func:`_every_kind_once`)
+SEEDED_KINDS = ("before", "state_commit", "in_delta_commit", "in_offset_log", "in_commit_log")
+
+
+def _every_kind_once(rng: random.Random) -> list[str]:
+    """``make test``'s points: each kind once, before and after a commit and :data:`SUITE`'s, and each writing query
+    killed at a point of its own (its Delta write, its checkpoint's log or its state store): 8 runs (decision 0059).
+
+    ``sampling`` after its ``sensor_samples`` commit (the reset follows it: :func:`suite_plan`), ``ingest`` inside a
+    bronze Delta checkpoint (the table that commits often enough to write one in a run), the notifier as it delivers;
+    the other four writing queries take four of :data:`SEEDED_KINDS`, seeded (a state store only a stateful query's, a
+    Delta commit file only a table every run of its writer commits to), and the fifth kind its :data:`SUITE` target
+    (``before``: one of ingest's tables)."""
+    points = [
+        _point("after", (RESET, OWN_TABLE[RESET]), 1),
+        _point("in_delta_checkpoint", OWN_TABLE["ingest"], 1),
+        _point("delivery", "notifier", 1),
+    ]
+    others = [query for query in CHECKPOINTED if query not in (RESET, "ingest")]
+    frequent = {query for query in others if OWN_TABLE[query] not in ("device_status", "device_baselines")}
+    while True:
+        order = rng.sample(SEEDED_KINDS, len(SEEDED_KINDS))  # the last one keeps its SUITE target
+        kinds = dict(zip(order[: len(others)], others, strict=True))
+        if kinds.get("state_commit", STATEFUL[0]) in STATEFUL and kinds.get("in_delta_commit", RESET) in frequent:
+            break
+    for kind in SEEDED_KINDS:
+        query = kinds.get(kind)
+        if kind == "before":
+            query = query or "ingest"
+            points.append(_point(kind, (query, rng.choice([t for q, t in WRITES if q == query])), 1))
+        elif kind == "in_delta_commit":
+            points.append(_point(kind, OWN_TABLE[query] if query else rng.choice(SUITE[kind]), 1))
+        else:
+            points.append(_point(kind, query or rng.choice(SUITE[kind]), 1))
+    return points
 
 
 def suite_plan(seed: int, every_table: bool = False) -> list[Action]:

@@ -4,7 +4,7 @@ before a JVM starts (the fault test itself then fails on a planned point not rea
 from collections import Counter
 
 import pytest
-from support.nemesis import RESET, SUITE, WRITES, suite_plan
+from support.nemesis import RESET, STATEFUL, SUITE, WRITES, killed_query, suite_plan
 
 SEEDS = [20261126, 7, 1, 2, 3]
 
@@ -15,11 +15,21 @@ def _writes(actions) -> list[tuple[str, str, str]]:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_make_tests_plan_kills_each_writing_query_once_in_a_write_of_its_own_on_both_sides(seed):
-    writes = _writes(suite_plan(seed))
-    assert sorted(query for _, query, _ in writes) == sorted({query for query, _ in WRITES})
-    assert {side for side, _, _ in writes} == {"before", "after"}
-    assert all((query, table) in WRITES for _, query, table in writes)
+def test_make_tests_plan_visits_each_kind_once_and_kills_each_writing_query_at_a_point_of_its_own(seed):
+    points = [action.arg for action in suite_plan(seed) if action.kind == "point"]
+    assert Counter(point.split(":")[0] for point in points) == Counter(["before", "after", *SUITE]), "each kind once"
+    assert {query for query, _ in WRITES} <= {killed_query(point) for point in points}
+    assert all((query, table) in WRITES for _, query, table in _writes(suite_plan(seed)))
+    [state] = [point for point in points if point.startswith("state_commit:")]
+    assert killed_query(state) in STATEFUL
+
+
+def test_a_point_kills_the_query_it_names_or_the_one_writing_the_table_it_names():
+    assert killed_query("before:anomalies:anomalies:1") == "anomalies"
+    assert killed_query("in_offset_log:device_activity:1") == "device_activity"
+    assert killed_query("in_delta_commit:alert_events:1") == "alert_lifecycle"
+    assert killed_query("in_delta_checkpoint:bronze_events:1") == "ingest"
+    assert killed_query("delta_checkpoint:late_events:1") == "sampling"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
