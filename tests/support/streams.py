@@ -170,25 +170,27 @@ def drained(settings):
 
     events_end = {settings.events_topic: topic_end_offsets(settings.kafka_bootstrap_servers, settings.events_topic)}
     read_all: dict[str, int] = {}  # the alert_events version the notifier has read up to, and the batch that read it
+    ingested: list[pd.Timestamp] = []  # when ingest's last data batch ended, once it has read to the end
 
     def idle(query) -> bool:
         return query.lastProgress is not None and query.lastProgress.numInputRows == 0
 
-    def after_ingest(query, ingest) -> bool:
+    def after_ingest(query) -> bool:
         """An idle report from a batch that started after ingest's last data batch had committed to bronze."""
-        data = [p for p in ingest.recentProgress if p.numInputRows]
-        done_at = max(pd.Timestamp(p.timestamp) + pd.Timedelta(milliseconds=p.batchDuration) for p in data)
-        return idle(query) and pd.Timestamp(query.lastProgress.timestamp) > done_at
+        return idle(query) and pd.Timestamp(query.lastProgress.timestamp) > ingested[0]
 
     def done(queries) -> bool:
         by_name = {q.name: q for q in queries}
         if not caught_up(by_name["alerts"], events_end):
             return False
         ingest = by_name["ingest"]
-        if not (caught_up(ingest, events_end) and idle(ingest)):
-            return False
+        if not ingested:  # read once: the caller asks several times a second, and the progress list only grows
+            if not (caught_up(ingest, events_end) and idle(ingest)):
+                return False
+            data = [p for p in ingest.recentProgress if p.numInputRows]
+            ingested.append(max(pd.Timestamp(p.timestamp) + pd.Timedelta(milliseconds=p.batchDuration) for p in data))
         bronze_readers = [name for name in ("sampling", "device_activity", "stateful_rules") if name in by_name]
-        if not all(after_ingest(by_name[name], ingest) for name in bronze_readers):  # stateful rules: alerts too
+        if not all(after_ingest(by_name[name]) for name in bronze_readers):  # stateful rules: alerts too
             return False
         alerts_end = {settings.alerts_topic: topic_end_offsets(settings.kafka_bootstrap_servers, settings.alerts_topic)}
         if not all(
