@@ -63,7 +63,7 @@ from sensorcep.pipeline import alerts  # noqa: E402
 from sensorcep.pipeline.streaming import checkpoint_id  # noqa: E402
 from sensorcep.settings import Settings, parse_duration  # noqa: E402
 from support import delta_batches  # noqa: E402
-from support.nemesis_driver import DRAIN_FLAG, IN_TABLE, IN_WRITE  # noqa: E402
+from support.nemesis_driver import DRAIN_FLAG, IN_TABLE, IN_WRITE, RESTART_FAILED  # noqa: E402
 from support.oracle import (  # noqa: E402
     device_status_changes,
     ew_baseline,
@@ -872,7 +872,12 @@ class Nemesis:
 
     def _stop_alerts(self, action: Action) -> str:
         driver = self._running(f"stop_alerts:{action.arg}")
-        driver.wait_for(lambda: "restarted alerts" in driver.lines, POINT_WAIT_S, "the alert query's restart")
+        said = ("restarted alerts", RESTART_FAILED)
+        driver.wait_for(
+            lambda: any(line.startswith(said) for line in driver.lines), POINT_WAIT_S, "the alert query's restart"
+        )
+        failed = [line for line in driver.lines if line.startswith(RESTART_FAILED)]
+        assert not failed, f"nemesis: {failed[0]}\n{driver.errors()}"
         return "real-time alert query stopped and started again"
 
     def _reset(self, action: Action) -> str:

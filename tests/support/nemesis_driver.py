@@ -70,6 +70,8 @@ CHECKPOINT_INTERVAL = 2
 KEEP_BATCHES = 100_000
 #: the file (beside the run's ``base_path``) by which the nemesis asks a run to drain and exit
 DRAIN_FLAG = "drain-now"
+#: the line a ``stop_alerts`` run prints when starting its alert query again failed (the thread that tried then ends)
+RESTART_FAILED = "restart of alerts failed:"
 
 
 def die(point: str) -> None:
@@ -257,10 +259,14 @@ def main() -> None:
             threading.Thread(target=restart_alerts, daemon=True).start()
 
     def restart_alerts() -> None:
-        running = [q for q in spark.streams.active if q.name == settings.query_name("alerts")]
-        for query in running:
-            query.stop()
-        registry.query("alerts").start(spark, settings.replace(alerts_trigger=params["alerts_trigger"]), wait=False)
+        try:
+            running = [q for q in spark.streams.active if q.name == settings.query_name("alerts")]
+            for query in running:
+                query.stop()
+            registry.query("alerts").start(spark, settings.replace(alerts_trigger=params["alerts_trigger"]), wait=False)
+        except Exception as error:  # said at once: the nemesis fails on it instead of waiting out its timeout
+            print(f"{RESTART_FAILED} {error!r}", flush=True)
+            raise
         print("restarted alerts", flush=True)
 
     arm(spark, point, on_write)
