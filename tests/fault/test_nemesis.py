@@ -1,19 +1,18 @@
 """The seeded fault test over the always-on job (``tests/support/nemesis.py``): a kill -9 of Spark at every kind of
-named kill point (before and after a Delta append or MERGE; inside the write of an offset and a commit log entry, of a
-Delta commit file and of a Delta checkpoint; as a state store version lands; as the notifier's message has reached its
-receiver; each at its query's first non-empty commit of the run, every query that writes a table killed at a point
-of its own; in ``make nightly`` also every table's write, before and after its commit), of the real-time query's
-Kafka sink and of the
-broker, a reset of the sampling query's checkpoint (refused, then rebuilt from bronze), a stop of the real-time alert
-query and a second writer, under a fleet whose clocks disagree, whose on-call people ack and snooze (some acks for
-alerts that never come, some before their alert) and whose rules include one stateful rule of each kind; then exact
-equality with what the producer got acknowledged, with the sampling oracle, with device activity replayed over the
-batches its query ran, with the stateful rules run in plain Python and with what the receiver got. Every planned
-point must be reached. The long random chain over every point (the points as a file lands too, K up to 12) runs in
-``make nightly`` (``tests/support/nemesis.py --seed 7 --kills 60``). Then nine bugs are planted one at a time in what
-the verdict read (a record dropped, an append doubled, an escalation lost, an on-time event kept as late, an ack lost,
-a status change lost, a delivered message the ledger lost, a stateful rule's alert lost, an alert id sent for two
-events): the verdict must fail on each, naming it."""
+named kill point (before and after a Delta append or MERGE; inside the write of an offset and a commit log entry, of
+a Delta commit file and of a Delta checkpoint; as a state store version lands; as the notifier's message has reached
+its receiver; each at its query's first non-empty commit of the run, every query that writes a table killed at a
+point of its own; in ``make nightly`` also every table's write, before and after its commit), of the real-time
+query's Kafka sink and of the broker, a reset of the sampling query's checkpoint (refused, then rebuilt from bronze),
+a stop of the real-time alert query and a second writer, under a fleet whose clocks disagree, whose on-call people
+ack and snooze (some acks for alerts that never come, some before their alert) and whose rules include one stateful
+rule of each kind; then exact equality with what the producer got acknowledged, with the sampling oracle, with device
+activity replayed over the batches its query ran, with the stateful rules run in plain Python and with what the
+receiver got. Every planned point must be reached. The long random chain over every point (the points as a file lands
+too, K up to 12) runs in ``make nightly`` (``tests/support/nemesis.py --seed 7 --kills 60``). Then nine bugs are
+planted one at a time in what the verdict read (a record dropped, an append doubled, an escalation lost, an on-time
+event kept as late, an ack lost, a status change lost, a delivered message the ledger lost, a stateful rule's alert
+lost, an alert id sent for two events): the verdict must fail on each, naming it."""
 
 from collections import Counter
 
