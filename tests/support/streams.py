@@ -184,7 +184,8 @@ def drained(settings):
         if not caught_up(by_name["alerts"], events_end):
             return False
         ingest = by_name["ingest"]
-        if not ingested:  # read once: the caller asks several times a second, and the progress list only grows
+        # read once (the caller asks several times a second): once ingest has read to the end, its last batch is final
+        if not ingested:
             if not (caught_up(ingest, events_end) and idle(ingest)):
                 return False
             data = [p for p in ingest.recentProgress if p.numInputRows]
