@@ -84,6 +84,7 @@ bench: jars broker-up
 	$(PY) benchmarks/sampling_pass.py
 	$(PY) benchmarks/alert_latency.py
 	$(PY) benchmarks/stateful_rules.py
+	$(PY) benchmarks/shared_pass.py
 	$(PY) benchmarks/state_tuning.py
 	$(PY) benchmarks/soak.py
 	$(PY) benchmarks/cost_model.py
