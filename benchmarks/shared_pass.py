@@ -8,18 +8,21 @@ device activity and the stateful rules each read ``bronze_events``, put the wate
 ``transformWithStateInPandas`` to a Python processor of their own. One query doing all three would read, shuffle
 and send each event once: what it saves is, at most, two queries' plumbing.
 
-So this measures, on one bronze table, each of the three queries alone, and two queries that do only their
-plumbing: **read** (bronze as the queries read it, into Spark's ``noop`` sink) and **plumbing** (the same read, the
+So this measures, on one bronze table, each of the three queries alone, and three queries that do only their
+plumbing: **read** (bronze as the queries read it, into Spark's ``noop`` sink), **plumbing** (the same read, the
 watermark, the shuffle by device bucket and a ``transformWithStateInPandas`` processor that reads its rows and keeps
-and emits nothing). Each is run to the end (``availableNow``) on a checkpoint of its own, every query once per round
-in turn in one JVM, the first round unreported (the JIT compiles the code each query reaches first: decision 0048),
-and reports Spark's CPU (the JVM, its Python workers and this process) per million events, each against plumbing's
-(the baseline, measured in the same run). The rules are the soak's ``examples`` (the packaged examples of every kind).
+and emits nothing), and **plumbing with late rows** (that, beside its own input read again, whose late rows go to
+``late_events``, as each of the three keeps its late rows: ``sensorcep.pipeline.lateness``). Each is run to the end
+(``availableNow``) on a checkpoint of its own, every query once per round in turn in one JVM, the first round
+unreported (the JIT compiles the code each query reaches first: decision 0048), and reports Spark's CPU (the JVM, its
+Python workers and this process) per million events, each against plumbing's (the baseline, measured in the same
+run). The rules are the soak's ``examples`` (the packaged examples of every kind).
 
-The saving of one pass is at most ``2 x plumbing``, and of the pair that shares a key (device activity in the stateful
-rules' pass) ``1 x plumbing``: printed as shares of the three queries' CPU. These queries run alone over a backlog
-here, so their core-seconds per event are higher than a running job's (``cost_model.py`` prices those): compare the
-shares, not the core-seconds with a soak's.
+The saving of one pass is at most ``2 x plumbing``, and of the pair that shares a key (device activity in the
+stateful rules' pass) ``1 x plumbing``, each without the late rows' second read (a merged query would still read its
+input a second time, but once, not three times): printed as shares of the three queries' CPU. These queries run alone
+over a backlog here, so their core-seconds per event are higher than a running job's (``cost_model.py`` prices
+those): compare the shares, not the core-seconds with a soak's.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 
 from sensorcep.local.simulator import write_devices_table
 from sensorcep.observability.monitoring import stop_session
-from sensorcep.pipeline import device_activity, ingest, registry, sampling, stateful_rules, timers
+from sensorcep.pipeline import device_activity, ingest, lateness, registry, sampling, stateful_rules, timers
 from sensorcep.pipeline.streaming import start_query
 from sensorcep.rules import catalog
 from sensorcep.rules.model import load_rules, packaged_examples
@@ -72,8 +75,10 @@ def read_only(spark, settings, files: int):
     )
 
 
-def plumbing(spark, settings, files: int):
-    """Bronze, the watermark, the shuffle by device bucket, a processor that does nothing, into ``noop``."""
+def plumbing(spark, settings, files: int, late_rows: bool = False):
+    """Bronze, the watermark, the shuffle by device bucket, a processor that does nothing, into ``noop``; with
+    ``late_rows``, as the three queries run it: beside its input, whose late rows go to ``late_events``
+    (:mod:`sensorcep.pipeline.lateness`: the input read a second time)."""
     timed = bronze(spark, settings, files).withWatermark("event_time", settings.interval("watermark_delay"))
     stream = (
         timed.select(
@@ -84,6 +89,10 @@ def plumbing(spark, settings, files: int):
             statefulProcessor=Plumbing(), outputStructType="device_id string", outputMode="Append", timeMode="EventTime"
         )
     )
+    if late_rows:
+        writer = lateness.late_event_writer(settings, "plumbing_late", lambda _rows, _batch_id: None)
+        with_late = lateness.with_input(stream, timed)
+        return _to_end(start_query(with_late, settings, "plumbing_late", foreach_batch=writer, trigger="availableNow"))
     return _to_end(start_query(stream, settings, "plumbing", sink=("noop", {}), trigger="availableNow"))
 
 
@@ -136,6 +145,7 @@ def main() -> None:
         queries = {
             "read": lambda s: read_only(spark, s, args.files),
             "plumbing": lambda s: plumbing(spark, s, args.files),
+            "plumbing with late rows": lambda s: plumbing(spark, s, args.files, late_rows=True),
             "sampling": lambda s: sampling.start_sampling(spark, s, events=bronze(spark, s, args.files)),
             "device activity": lambda s: device_activity.start_device_activity(
                 spark, s, events=bronze(spark, s, args.files)
@@ -191,6 +201,13 @@ def main() -> None:
     # sampling's default key is the window, not a bucket of devices: only the other two can share a device-keyed pass
     figures["saved by device activity in the stateful rules' pass: 1 x plumbing, of the three readers' CPU (x)"] = (
         measured["plumbing"] / three
+    )
+    # each of the three unions its output with its input, read again, to keep its late rows
+    figures["the late rows' second read, each (core-s per million events)"] = (
+        measured["plumbing with late rows"] - measured["plumbing"]
+    )
+    figures["the late rows' second read, the three's, of the three readers' CPU (x)"] = (
+        3 * (measured["plumbing with late rows"] - measured["plumbing"]) / three
     )
     print("\n" + "\n".join(f"{k}: {v:,.3f}" if isinstance(v, float) else f"{k}: {v}" for k, v in figures.items()))
     record("shared_pass", figures, table, baseline="plumbing")
