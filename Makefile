@@ -83,10 +83,12 @@ bench: jars broker-up
 	$(PY) benchmarks/sampling.py
 	$(PY) benchmarks/sampling_pass.py
 	$(PY) benchmarks/alert_latency.py
+	$(PY) benchmarks/notifier_latency.py
 	$(PY) benchmarks/stateful_rules.py
 	$(PY) benchmarks/shared_pass.py
 	$(PY) benchmarks/state_tuning.py
 	$(PY) benchmarks/soak.py
+	$(PY) benchmarks/idle_cost.py
 	$(PY) benchmarks/cost_model.py
 
 nemesis: jars  # only the long fault chain of make nightly: make nemesis SEED=7 KILLS=60

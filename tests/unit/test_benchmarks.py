@@ -408,3 +408,10 @@ def test_the_cpu_meter_tells_the_jit_compilers_share_of_the_spark_jvm_by_thread_
     assert set(meter.spark_jvm_thread_cores()) == {"JIT compilers", "GC"}
     assert 0.25 <= meter.spark_jvm_threads["JIT compilers"] <= 0.5
     assert meter.spark_jvm_threads["GC"] == 0
+
+
+def test_make_bench_runs_every_script():
+    """``make bench`` is "every benchmark" (README, docs/benchmarks.md): its recipe names each script once."""
+    recipe = (FOLDER.parent / "Makefile").read_text().split("\nbench:", 1)[1].split("\n\n", 1)[0]
+    named = [line.split("benchmarks/")[1].split()[0] for line in recipe.splitlines() if "benchmarks/" in line]
+    assert sorted(named) == sorted(f"{b.stem}.py" for b in BENCHMARKS)
