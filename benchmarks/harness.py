@@ -289,6 +289,20 @@ def new_kind_rule_set(per_kind: int = 4) -> list:
     return parse_rules({"rules": rules})
 
 
+def read_bronze(spark, settings: Settings, files: int = 0, fields: list[str] | None = None):
+    """``bronze_events`` as the queries that read it take it (:func:`sensorcep.pipeline.ingest.bronze_event_stream`,
+    with the extra ``fields``), ``files`` files a micro-batch (Delta's ``maxFilesPerTrigger``; 0: the source's
+    default)."""
+    from sensorcep.pipeline import ingest
+
+    if not files:
+        return ingest.bronze_event_stream(spark, settings, fields)
+    table = ingest.Tables(spark, settings)["bronze_events"]
+    reader = spark.readStream.format("delta").option("maxFilesPerTrigger", files)
+    stream = reader.table(table.identifier) if table.identifier else reader.load(table.location)
+    return stream.select(*ingest.EVENT_FIELDS, *(fields or []))
+
+
 # ------------------------------------------------------------------------------ Kafka offsets
 def kafka_consumer(bootstrap: str, config: Mapping[str, object] | None = None) -> Consumer:
     """A confluent-kafka consumer in a group of its own that commits nothing: it reads where it is assigned, and can

@@ -36,6 +36,7 @@ from harness import (
     argument_parser,
     batch_stats,
     produce_backlog,
+    read_bronze,
     record,
     run_to_end,
     scratch_run,
@@ -71,7 +72,7 @@ class Plumbing(StatefulProcessor):
 def read_only(spark, settings, files: int):
     """Bronze as the three queries read it, into ``noop``."""
     return _to_end(
-        start_query(bronze(spark, settings, files), settings, "read", sink=("noop", {}), trigger="availableNow")
+        start_query(read_bronze(spark, settings, files), settings, "read", sink=("noop", {}), trigger="availableNow")
     )
 
 
@@ -79,7 +80,7 @@ def plumbing(spark, settings, files: int, late_rows: bool = False):
     """Bronze, the watermark, the shuffle by device bucket, a processor that does nothing, into ``noop``; with
     ``late_rows``, as the three queries run it: beside its input, whose late rows go to ``late_events``
     (:mod:`sensorcep.pipeline.lateness`: the input read a second time)."""
-    timed = bronze(spark, settings, files).withWatermark("event_time", settings.interval("watermark_delay"))
+    timed = read_bronze(spark, settings, files).withWatermark("event_time", settings.interval("watermark_delay"))
     stream = (
         timed.select(
             "device_id", "event_time", F.unix_millis("event_time").alias("event_time_ms"), timers.device_bucket()
@@ -99,14 +100,6 @@ def plumbing(spark, settings, files: int, late_rows: bool = False):
 def _to_end(query):
     query.awaitTermination()
     return query
-
-
-def bronze(spark, settings, files: int, fields: list[str] | None = None):
-    """``bronze_events`` as the queries read it, ``files`` files a micro-batch (Delta's ``maxFilesPerTrigger``)."""
-    table = ingest.Tables(spark, settings)["bronze_events"]
-    reader = spark.readStream.format("delta").option("maxFilesPerTrigger", files)
-    stream = reader.table(table.identifier) if table.identifier else reader.load(table.location)
-    return stream.select(*ingest.EVENT_FIELDS, *(fields or []))
 
 
 #: the registry's name of each real query measured
@@ -146,12 +139,12 @@ def main() -> None:
             "read": lambda s: read_only(spark, s, args.files),
             "plumbing": lambda s: plumbing(spark, s, args.files),
             "plumbing with late rows": lambda s: plumbing(spark, s, args.files, late_rows=True),
-            "sampling": lambda s: sampling.start_sampling(spark, s, events=bronze(spark, s, args.files)),
+            "sampling": lambda s: sampling.start_sampling(spark, s, events=read_bronze(spark, s, args.files)),
             "device activity": lambda s: device_activity.start_device_activity(
-                spark, s, events=bronze(spark, s, args.files)
+                spark, s, events=read_bronze(spark, s, args.files)
             ),
             "stateful rules": lambda s: stateful_rules.start_stateful_rules(
-                spark, s, events=bronze(spark, s, args.files, fields)
+                spark, s, events=read_bronze(spark, s, args.files, fields)
             ),
         }
         print(f"\n{events:,} bronze events from {args.devices:,} devices", flush=True)

@@ -28,6 +28,7 @@ from harness import (
     kafka_consumer,
     new_kind_rule_set,
     produce_backlog,
+    read_bronze,
     record,
     run_to_end,
     scratch_run,
@@ -93,13 +94,13 @@ def main() -> None:
         rules_s, rules_stats = timed(
             "stateful rules",
             lambda: stateful_rules.start_stateful_rules(
-                spark, settings, events=bronze(spark, settings, args.files, fields)
+                spark, settings, events=read_bronze(spark, settings, args.files, fields)
             ),
             clock,
         )
         sampling_s, sampling_stats = timed(
             "sampling (02)",
-            lambda: sampling.start_sampling(spark, settings, events=bronze(spark, settings, args.files)),
+            lambda: sampling.start_sampling(spark, settings, events=read_bronze(spark, settings, args.files)),
             clock,
         )
         alerts = alerts_sent(settings)
@@ -135,17 +136,6 @@ def main() -> None:
         figures[f"Spark's CPU: {name} (core-s)"] = stats["spark_core_s"]
         figures[f"of it the JIT compilers: {name} (core-s)"] = stats["jit_core_s"]
     record("stateful_rules", figures, baseline="sampling")
-
-
-def bronze(spark, settings, files: int, fields: list[str] | None = None):
-    """``bronze_events`` as the queries read it (:func:`ingest.bronze_event_stream`), ``files`` files a micro-batch
-    (Delta's ``maxFilesPerTrigger``; 0: the source's default)."""
-    if not files:
-        return ingest.bronze_event_stream(spark, settings, fields)
-    table = ingest.Tables(spark, settings)["bronze_events"]
-    reader = spark.readStream.format("delta").option("maxFilesPerTrigger", files)
-    stream = reader.table(table.identifier) if table.identifier else reader.load(table.location)
-    return stream.select(*ingest.EVENT_FIELDS, *(fields or []))
 
 
 def alerts_sent(settings) -> int:
