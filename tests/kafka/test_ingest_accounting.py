@@ -95,6 +95,32 @@ def test_an_event_resent_hours_later_is_counted_as_a_duplicate_not_written_twice
     assert not _coordinates(bronze) & _coordinates(dups), "a record is in one table only"
 
 
+def test_copies_of_an_event_in_one_batch_keep_its_first_record_whichever_partitions_they_lie_in(spark, settings):
+    """Copies re-sent under the device's key lie in one partition, copies re-sent under other keys in two: either way
+    bronze keeps the first record (lowest partition, then offset) and every other copy names it."""
+    one = ("d1", 1.0, NOW, NOW)
+    spread = ("d2", 2.0, NOW, NOW)
+    records = _records([one] * 3 + [spread] * 6)
+    records["key"] = [b"d1"] * 3 + [f"gateway-{i}".encode() for i in range(6)]
+    create_topics(settings.kafka_bootstrap_servers, [settings.events_topic], partitions=2)
+    simulator.produce_records(records, settings.kafka_bootstrap_servers, settings.events_topic)
+    ingest.start_ingest(spark, settings)
+
+    columns = ["device_id", "partition", "offset"]
+    bronze = _table(settings, "bronze_events", columns)
+    dups = _table(settings, "duplicate_events", [*columns, "duplicate_of_partition", "duplicate_of_offset"])
+    both = pd.concat([bronze, dups[columns]])
+    assert both.groupby("device_id").size().to_dict() == {"d1": 3, "d2": 6}, "every copy in one of the two tables"
+    assert both[both.device_id == "d1"].partition.nunique() == 1
+    assert both[both.device_id == "d2"].partition.nunique() == 2, "the copies under other keys lie in two partitions"
+    for device, copies in both.groupby("device_id"):
+        first = min(zip(copies.partition, copies.offset, strict=True))
+        kept = bronze[bronze.device_id == device]
+        assert list(zip(kept.partition, kept.offset, strict=True)) == [first], "bronze keeps the first copy, once"
+        named = dups[dups.device_id == device]
+        assert set(zip(named.duplicate_of_partition, named.duplicate_of_offset, strict=True)) == {first}
+
+
 def test_every_record_read_is_in_exactly_one_table(spark, settings):
     sim = simulator.generate(
         simulator.SimulationConfig(
