@@ -1,9 +1,11 @@
 # sensor-cep: two commands from a fresh clone.
 #   make demo   venv + JVM jars + local Kafka broker + simulated events + the pipeline job, then a summary
-#   make test   venv + JVM jars + ruff (lint, format) + the whole test suite, every tier (tests/unit, spark, kafka with
-#               the real broker, e2e: Spark Connect and the notebooks, fault: the seeded fault test)
+#   make test   venv + JVM jars + ruff (lint, format) + the test suite's first tier: tests/unit, spark, kafka with the
+#               real broker, e2e (the notebooks, Spark Connect clients, the console, the HTML report in Chromium)
 #   make unit   only tests/unit: no JVM, no broker, no browser, under a minute
-#   make nightly  make test with the full property counts, 04's quick preset, generated code and every table's kill
+#   make extended  the second tier, what make test leaves out: the seeded fault test and the long end-to-end runs
+#               (the always-on job, the pipeline through Spark Connect); CI runs it after make test (decision 0063)
+#   make nightly  both tiers with the full property counts, 04's quick preset, generated code and every table's kill
 #               points, then the long fault chain
 # Prerequisites: Python 3.10+, Java 17, Maven 3.8+ (fetches the jars pinned in jvm/pom.xml once, into .jars/); for the
 # tests also Chromium (they open the run's HTML report in it, headless)
@@ -13,7 +15,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EVENTS ?= 200000
 
-.PHONY: venv jars demo test unit nightly lint lab up broker-up broker-down bench nemesis clean check-java check-chromium
+.PHONY: venv jars demo test unit extended nightly lint lab up broker-up broker-down bench nemesis clean check-java check-chromium
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ is required")'
@@ -49,8 +51,8 @@ demo: jars broker-up
 
 # two pytest-xdist workers, a Spark session and a broker each (one Spark session leaves half of 2 cores idle: it
 # waits on Kafka, Delta's log and Python); the notebooks run in order on one of them, the longest units of work are
-# handed out first: the fault test (its own broker and job runs) on one worker while the other starts the rest
-# (tests/conftest.py, decision 0023)
+# handed out first: in make extended the fault test (its own broker and job runs) on one worker while the other runs
+# the rest (tests/conftest.py, decisions 0023, 0063)
 XDIST := -n 2 --no-loadscope-reorder
 
 test: check-chromium jars lint
@@ -58,6 +60,9 @@ test: check-chromium jars lint
 
 unit: venv  # the inner loop: tests/unit needs no JVM, no broker and no browser
 	$(PY) -m pytest tests/unit
+
+extended: jars  # the second tier: the fault test and the long end-to-end runs (CI runs it after make test)
+	SENSORCEP_EXTENDED=1 $(PY) -m pytest $(XDIST)
 
 nightly: check-chromium jars lint  # before a release, or after a change to the pipeline's guarantees
 	SENSORCEP_NIGHTLY=1 $(PY) -m pytest $(XDIST)

@@ -1,15 +1,15 @@
-"""What one kill point of the fault test costs: the floor under ``tests/fault``'s share of ``make test``.
+"""What one kill point of the fault test costs: the floor under ``tests/fault``'s share of ``make extended``.
 
     .venv/bin/python benchmarks/fault_points.py [--passes 2] [--points P1,P2,...] [--generated-code]
 
-The suite's fault run (``tests/fault/test_nemesis.py``) visits each of its kill points (8 in ``make test``, 26 in ``make
-nightly``: decisions 0059, 0057) in a run of the always-on job of its own: a fresh process group (Python, a Spark JVM,
-Python workers) that starts the queries reaching the point (``support.nemesis.queries_for``), runs to the point and is
+The suite's fault run (``tests/fault/test_nemesis.py``) visits each of its kill points (8 in ``make extended``, 26 in
+``make nightly``: decisions 0059, 0057) in a run of the always-on job of its own: a fresh process group (Python, a Spark
+JVM, Python workers) that starts the queries reaching the point (``support.nemesis.queries_for``), runs to it and is
 killed there (decision 0038). This script runs the fault test's machinery (its fleet, its own broker, its job driver)
 over one point per set of queries the suite's plan starts, ``--passes`` times, and measures each point's run: wall
 seconds from start to kill, the machine's busy core seconds and how they split between the processes (polled every 0.2
 s: a killed process's last fraction of a second is lost, and so is most of the short-lived launcher JVM: the parts add
-up to a little less than the machine), and then prices the suite's whole plan at those medians, ``make test``'s and
+up to a little less than the machine), and then prices the suite's whole plan at those medians, ``make extended``'s and
 ``make nightly``'s.
 
 The baseline, in the same run: a bare cold start in a fresh process (a local session, a first Delta write and read of
@@ -225,7 +225,7 @@ def main() -> None:
         figures[f"{queries} (core-s)"] = _median(r["machine (core-s)"] for r in runs)
     # the suite's plan priced at these medians: each of its points at its set of queries' median (or the overall one)
     overall = figures["a point's run (core-s)"]
-    for make, every_table in (("make test", False), ("make nightly", True)):
+    for make, every_table in (("make extended", False), ("make nightly", True)):
         plan = [a.arg for a in suite_plan(SEED, every_table) if a.kind == "point"]
         priced = [figures.get(f"{'+'.join(queries_for(point))} (core-s)", overall) for point in plan]
         figures[f"{make}'s {len(plan)} point runs, priced (core-s)"] = round(sum(priced), 1)

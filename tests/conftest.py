@@ -28,7 +28,14 @@ from pathlib import Path
 import hypothesis
 import pytest
 from support.ports import CONNECT_PORT, TEST_BROKER
-from support.profiles import BROKER_JVM_OPTIONS, INTERPRETED, NIGHTLY, TEST_JVM_OPTIONS, WORKER_JVM_OPTIONS
+from support.profiles import (
+    BROKER_JVM_OPTIONS,
+    EXTENDED,
+    INTERPRETED,
+    NIGHTLY,
+    TEST_JVM_OPTIONS,
+    WORKER_JVM_OPTIONS,
+)
 
 SESSION_DIR = Path(tempfile.mkdtemp(prefix="sensorcep-tests-"))
 
@@ -71,12 +78,26 @@ def pytest_collection_modifyitems(config, items):
             wrong.append(f"{item.nodeid} is in tests/{name}/ but asks for {', '.join(sorted(needs))}")
     if wrong:
         raise pytest.UsageError("tests outside their tier:\n" + "\n".join(wrong))
-    if not NIGHTLY:  # deselected, not skipped: ``make nightly`` runs them (decision 0040)
-        nightly = [item for item in items if item.get_closest_marker("nightly")]
-        if nightly:
-            config.hook.pytest_deselected(items=nightly)
-            items[:] = [item for item in items if not item.get_closest_marker("nightly")]
+    _select_the_runs_tests(config, items)
     items.sort(key=lambda item: RUN_ORDER.index(tier(item)))  # stable: the tests of a tier keep their order
+
+
+def extended(item) -> bool:
+    """Whether a test is in the second tier (``make extended``, decision 0063): the fault test, and the tests marked
+    ``extended``: long runs of what ``make test`` proves at a smaller scale."""
+    return tier(item) == "fault" or item.get_closest_marker("extended") is not None
+
+
+def _select_the_runs_tests(config, items):
+    """Deselect (not skip) what this run leaves to the other tier: ``make test`` the second tier, ``make extended``
+    everything else; ``make nightly`` runs every test (decision 0063)."""
+    if NIGHTLY:
+        return
+    left = [item for item in items if extended(item) != EXTENDED]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        gone = set(map(id, left))
+        items[:] = [item for item in items if id(item) not in gone]
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -5,6 +5,7 @@ created by a first write."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 from support.streams import T0, delta_frame, drained
 from support.writes import record_writes
 
@@ -54,6 +55,9 @@ def _from_a_restarted_start(error: str, lines: list[str]) -> bool:
     return bool(restarted) and ("PythonPreInitRunner" in error or any(f"Query {name} [" in error for name in restarted))
 
 
+#: the second tier (decision 0063): make test's notebooks and kafka tests run each of the job's queries; this runs the
+#: whole job from its bundle definition, stops it and resumes it
+@pytest.mark.extended
 def test_always_on_job_runs_stops_and_resumes_without_loss_or_doubles(spark, settings, capfd, monkeypatch):
     written = record_writes(monkeypatch, spark)
     created_up_front: list[str] = []

@@ -75,9 +75,9 @@ def test_each_anomaly_becomes_one_alert_with_its_fields(spark, settings, tmp_pat
     assert (anomalies.detected_at > anomalies.event_time).all(), "detected_at: when the alert record reached Kafka"
 
 
-#: the suite's fault test kills the alert path's anomalies query before and after its MERGE and its Kafka sink while
-#: it writes, and judges every alert id: this subprocess crash (a cold JVM) runs nightly
-@pytest.mark.nightly
+#: a crash of the alert path (a cold JVM in a subprocess), in the second tier beside the fault test, which kills its
+#: anomalies query before and after its MERGE and its Kafka sink while it writes (decisions 0040, 0063)
+@pytest.mark.extended
 def test_crash_and_restart_alerts_every_anomaly_with_stable_ids(spark, settings):
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic])
     sim = simulator.generate(
@@ -133,6 +133,8 @@ def test_realtime_alerts_equal_the_anomalies_of_a_fixed_input(spark, settings):
     assert len(query.recentProgress) <= 4, "one long-running batch per checkpoint interval, not a batch per trigger"
 
 
+#: the second tier (decision 0063): make test's notebooks run the alert and sampling queries in one session
+@pytest.mark.extended
 def test_alert_and_sampling_queries_run_side_by_side_in_their_pools(spark, settings):
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic])
     sim = simulator.generate(simulator.SimulationConfig(events=3_000, devices=20, seed=4, start=T0, rate=50))

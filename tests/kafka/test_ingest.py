@@ -57,9 +57,9 @@ def test_two_runs_land_exactly_the_valid_distinct_events(spark, settings):
     assert set(quarantine.raw_value) == set(first.malformed.value) | set(second.malformed.value)
 
 
-#: the suite's fault test kills ingest before and after each of its tables' commits, in its offset log and in a Delta
-#: commit, and judges every record: this subprocess crash (a cold JVM) runs nightly
-@pytest.mark.nightly
+#: a crash of ingest (a cold JVM in a subprocess), in the second tier beside the fault test, which kills it at every
+#: kind of point (decisions 0040, 0063); make test replays ingest's batches in its own session
+@pytest.mark.extended
 def test_killed_run_then_rerun_changes_nothing(spark, settings, tmp_path):
     sim = _produce(settings, 4_000, seed=3, start=START)
     kill_after_first_commit("pipeline.ingest.start_ingest", settings, "bronze_events")
@@ -72,6 +72,8 @@ def test_killed_run_then_rerun_changes_nothing(spark, settings, tmp_path):
     assert len(_quarantine(settings)) == len(sim.malformed)
 
 
+#: the second tier (decision 0063): make test's test_ingest_accounting.py resets ingest's checkpoint and reads again
+@pytest.mark.extended
 def test_after_a_checkpoint_reset_the_new_querys_batches_are_written_not_taken_for_replays(spark, settings):
     import shutil
 

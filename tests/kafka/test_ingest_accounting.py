@@ -141,6 +141,8 @@ def test_every_record_read_is_in_exactly_one_table(spark, settings):
     assert len(kept[0]) == len(sim.distinct_valid)
 
 
+#: the second tier (decision 0063): make test resets ingest's checkpoint and reads the topic again in small batches
+@pytest.mark.extended
 def test_a_reset_checkpoint_reads_bronzes_last_batch_again_and_restores_what_it_did_not_commit(spark, settings):
     """A batch's appends run side by side: when bronze's committed, the batch's duplicates may not have. A new
     checkpoint starts at bronze's last batch (after the offsets its earlier batches hold), reads only that batch
@@ -168,6 +170,8 @@ def test_a_reset_checkpoint_reads_bronzes_last_batch_again_and_restores_what_it_
     assert len(_table(settings, "bronze_events", ["offset"])) == 33
 
 
+#: the second tier (decision 0063): make test resets ingest's checkpoint and reads the topic again in small batches
+@pytest.mark.extended
 def test_a_replayed_batch_after_a_reset_reading_from_the_start_adds_nothing(spark, settings):
     _produce(settings, _gateway("d1", 20, NOW, timedelta(0)) + _gateway("d1", 3, NOW, timedelta(minutes=1)))
     ingest.start_ingest(spark, settings)
@@ -191,7 +195,13 @@ def test_a_replayed_batch_after_a_reset_reading_from_the_start_adds_nothing(spar
     )
 
 
-@pytest.mark.parametrize("found_rows", [ingest.FOUND_ROWS, 2], ids=["keys-collected", "judged-against-bronze"])
+#: the keys-collected way in the second tier (decision 0063): it is the way every other ingest test in make test judges
+#: its batches
+@pytest.mark.parametrize(
+    "found_rows",
+    [pytest.param(ingest.FOUND_ROWS, marks=pytest.mark.extended), 2],
+    ids=["keys-collected", "judged-against-bronze"],
+)
 def test_a_reset_that_reads_the_topic_again_in_small_batches_adds_nothing_in_any_of_them(spark, settings, found_rows):
     """After a reset that reads the whole topic again, every batch of the new run repeats records the tables hold,
     not only its first: the check against what each table held when the run began covers them all. Both ways a
@@ -220,6 +230,8 @@ def test_a_reset_that_reads_the_topic_again_in_small_batches_adds_nothing_in_any
     assert {n: len(_table(settings, n, ["offset"])) for n in names} == before
 
 
+#: the second tier (decision 0063): make test judges a batch against bronze (the reset's judged-against-bronze way)
+@pytest.mark.extended
 def test_an_event_resent_after_the_run_let_its_batch_go_is_found_in_bronze(spark, settings):
     """A run keeps its latest batches to look records up in (``kept_rows``); a record re-sent later than they reach
     back is looked up in bronze, in the same run, and named a duplicate of the bronze record it repeats."""

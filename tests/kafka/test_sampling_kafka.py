@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from support.oracle import reference_samples
 from support.streams import T0, oracle_rows, sample_rows
 
@@ -15,6 +16,8 @@ from sensorcep.pipeline import ingest, sampling
 
 
 # ---------------------------------------------------------------------------- Kafka end to end
+#: the second tier (decision 0063): make test's notebooks 01 and 02 run Kafka to bronze to sensor_samples
+@pytest.mark.extended
 def test_kafka_to_bronze_to_sensor_samples_parses_once_and_twice_adds_nothing(spark, settings):
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic])
     sim = simulator.generate(simulator.SimulationConfig(events=4_000, devices=30, seed=11, start=T0, rate=20))

@@ -229,6 +229,8 @@ def test_the_live_query_reads_bronze_and_its_alerts_reach_the_topic_and_anomalie
     assert pd.notna(anomalies[anomalies.rule_id == "silent"].kafka_timestamp).sum() == 0, "an absence has no record"
 
 
+#: the second tier (decision 0063): make test's test_rule_alerts.py has a running query pick up a rule change
+@pytest.mark.extended
 def test_a_running_stateful_rules_query_picks_up_a_rule_change_mid_stream(spark, settings):
     """Events the watermark released before the change are judged by the old version, the ones it releases after the
     change by the new (a changed rule starts afresh: its memory is kept per version)."""
@@ -263,6 +265,8 @@ def test_a_running_stateful_rules_query_picks_up_a_rule_change_mid_stream(spark,
     assert alerts_on_topic(settings) == want
 
 
+#: the second tier (decision 0063): make test runs the backtest notebook over the rules in force
+@pytest.mark.extended
 def test_a_backtest_of_the_rules_in_force_judges_only_the_events_the_live_query_took(spark, settings):
     """An event too late for the live stateful query's watermark is in late_events and fired nothing live; the backtest
     of the rules in force must not judge it either (it used to add an alert the live run never fired). The rules

@@ -158,7 +158,7 @@ FEEDERS = {
     "notifier": ("alerts", "alert_lifecycle"),
 }
 #: how long a run may take to reach its kill point (or what another action waits for); a point not reached fails the
-#: test. Alone on 2 cores a point's run reaches it in 7-18 s (its queries only); ``make test`` runs the fault test
+#: test. Alone on 2 cores a point's run reaches it in 7-18 s (its queries only); ``make extended`` runs the fault test
 #: beside the suite's other worker, which can double that
 POINT_WAIT_S = 480
 #: runs not killed at a point that may end by themselves (exit 1) in one fault run before it fails: one, as a
@@ -213,7 +213,7 @@ def _renamed_before_the_kill(point: str, lines: list[str]) -> str:
 def suite_points(rng: random.Random, every_table: bool = False) -> list[str]:
     """The kill points of the suite's run, each at K = 1. ``make nightly`` (``every_table``): every table's append or
     MERGE, before and after its commit (a table several queries write, ``late_events``: by one of them, seeded), and
-    :data:`SUITE`. ``make test``: every kind once (:func:`_every_kind_once`)."""
+    :data:`SUITE`. ``make extended``: every kind once (:func:`_every_kind_once`)."""
     if not every_table:
         return _every_kind_once(rng)
     writers: dict[str, list[str]] = {}
@@ -226,12 +226,12 @@ def suite_points(rng: random.Random, every_table: bool = False) -> list[str]:
 
 #: the table of each writing query that every run of it commits to: its first in :data:`WRITES`
 OWN_TABLE = {query: table for query, table in reversed(WRITES)}
-#: the kinds of ``make test``'s run that a seeded query takes (the others have fixed targets: :func:`_every_kind_once`)
+#: the kinds of ``make extended``'s run a seeded query takes (the others' targets are fixed: :func:`_every_kind_once`)
 SEEDED_KINDS = ("before", "state_commit", "in_delta_commit", "in_offset_log", "in_commit_log")
 
 
 def _every_kind_once(rng: random.Random) -> list[str]:
-    """``make test``'s points: each kind once, before and after a commit and :data:`SUITE`'s, and each writing query
+    """``make extended``'s points: each kind once, before and after a commit and :data:`SUITE`'s, and each writing query
     killed at a point of its own (its Delta write, its checkpoint's log or its state store): 8 runs (decision 0059).
 
     ``sampling`` after its ``sensor_samples`` commit (the reset follows it: :func:`suite_plan`), ``ingest`` inside a
@@ -1374,7 +1374,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--kills", type=int, default=60, help="length of the random chain")
-    parser.add_argument("--suite", action="store_true", help="make test's plan: every kind of named point once")
+    parser.add_argument("--suite", action="store_true", help="make extended's plan: every kind of named point once")
     parser.add_argument("--every-table", action="store_true", help="with --suite: make nightly's, every table's writes")
     parser.add_argument("--broker", default="127.0.0.1:19095", help="host:port of the nemesis' own broker")
     parser.add_argument("--actions", help="these actions instead of a drawn plan, e.g. task:alerts,sink,broker")

@@ -6,6 +6,8 @@ them)."""
 import os
 
 NIGHTLY = os.environ.get("SENSORCEP_NIGHTLY") == "1"
+#: ``make extended`` (``SENSORCEP_EXTENDED=1``): only the second tier, what ``make test`` leaves out (decision 0063)
+EXTENDED = os.environ.get("SENSORCEP_EXTENDED") == "1"
 
 
 def examples(nightly: int, suite: int = 2) -> int:

@@ -1,5 +1,5 @@
-"""The fault test's plans (``tests/support/nemesis.py``): what ``make test``'s run and ``make nightly``'s visit, checked
-before a JVM starts (the fault test itself then fails on a planned point not reached)."""
+"""The fault test's plans (``tests/support/nemesis.py``): what ``make extended``'s run and ``make nightly``'s visit,
+checked before a JVM starts (the fault test itself then fails on a planned point not reached)."""
 
 from collections import Counter
 
