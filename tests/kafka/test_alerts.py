@@ -133,7 +133,7 @@ def test_realtime_alerts_equal_the_anomalies_of_a_fixed_input(spark, settings):
     assert len(query.recentProgress) <= 4, "one long-running batch per checkpoint interval, not a batch per trigger"
 
 
-#: the second tier (decision 0063): make test's notebooks run the alert and sampling queries in one session
+#: the second tier (decision 0063): make test's tests/unit/test_queries.py checks the pool each query declares
 @pytest.mark.extended
 def test_alert_and_sampling_queries_run_side_by_side_in_their_pools(spark, settings):
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic])

@@ -86,6 +86,8 @@ def test_after_a_checkpoint_reset_the_new_querys_batches_are_written_not_taken_f
     assert _expected(first) | _expected(second) == bronze  # nothing of the new query's first batches was skipped
 
 
+#: the second tier (decision 0063): make test quarantines bad records beside good ones (test_bad_input.py)
+@pytest.mark.extended
 def test_a_first_run_of_only_bad_records_creates_an_empty_bronze_that_sampling_can_read(spark, settings):
     import pandas as pd
 

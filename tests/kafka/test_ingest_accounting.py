@@ -95,6 +95,8 @@ def test_an_event_resent_hours_later_is_counted_as_a_duplicate_not_written_twice
     assert not _coordinates(bronze) & _coordinates(dups), "a record is in one table only"
 
 
+#: the second tier (decision 0063): make test's accounting test holds copies of events in one batch, by device key
+@pytest.mark.extended
 def test_copies_of_an_event_in_one_batch_keep_its_first_record_whichever_partitions_they_lie_in(spark, settings):
     """Copies re-sent under the device's key lie in one partition, copies re-sent under other keys in two: either way
     bronze keeps the first record (lowest partition, then offset) and every other copy names it."""

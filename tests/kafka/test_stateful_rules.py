@@ -199,6 +199,8 @@ def test_property_any_batches_and_rules_fire_what_the_oracle_fires(spark, settin
     check()
 
 
+#: the second tier (decision 0063): make test runs the live query's writer over fixed and random batches (above)
+@pytest.mark.extended
 def test_the_live_query_reads_bronze_and_its_alerts_reach_the_topic_and_anomalies(spark, settings, tmp_path):
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic])
     assert stateful_rules.start_stateful_rules(spark, settings) is None, "no stateful rule in force: no query"
