@@ -1,11 +1,11 @@
 # sensor-cep: two commands from a fresh clone.
 #   make demo   venv + JVM jars + local Kafka broker + simulated events + the pipeline job, then a summary
-#   make test   venv + JVM jars + ruff (lint, format) + the test suite's first tier: tests/unit, spark, kafka with the
-#               real broker, e2e (the notebooks, Spark Connect clients, the console, the HTML report in Chromium)
+#   make test   venv + JVM jars + ruff (lint, format) + the test suite but make extended's tests: tests/unit, spark,
+#               kafka with the real broker, e2e (the notebooks, Spark Connect clients, the console, the HTML report)
 #   make unit   only tests/unit: no JVM, no broker, no browser, under a minute
-#   make extended  the second tier, what make test leaves out: the seeded fault test and the long end-to-end runs
+#   make extended  what make test leaves out: the seeded fault test and the long end-to-end runs
 #               (the always-on job, the pipeline through Spark Connect); CI runs it after make test (decision 0063)
-#   make nightly  both tiers with the full property counts, 04's quick preset, generated code and every table's kill
+#   make nightly  both with the full property counts, 04's quick preset, generated code and every table's kill
 #               points, then the long fault chain
 # Prerequisites: Python 3.10+, Java 17, Maven 3.8+ (fetches the jars pinned in jvm/pom.xml once, into .jars/); for the
 # tests also Chromium (they open the run's HTML report in it, headless)
@@ -15,7 +15,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EVENTS ?= 200000
 
-.PHONY: venv jars demo test unit extended nightly lint lab up broker-up broker-down bench nemesis clean check-java check-chromium
+.PHONY: venv jars jvm-jars demo test unit extended nightly lint lab up broker-up broker-down bench nemesis clean check-java check-chromium
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ is required")'
@@ -27,8 +27,12 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
-jars: check-java
+jars: check-java  # the pinned JVM jars, and the class archive every local Spark JVM starts from (once, about a minute)
 	@$(PY) -m sensorcep jars
+
+# make test's few JVMs would save less than the archive's minute (decision 0063); they use one built before
+jvm-jars: check-java
+	@$(PY) -m sensorcep jars --no-class-archive
 
 check-java: venv
 	@$(PY) -c 'from sensorcep.local.java import check_java, JavaMissingError as E; import sys;\
@@ -55,13 +59,13 @@ demo: jars broker-up
 # the rest (tests/conftest.py, decisions 0023, 0063)
 XDIST := -n 2 --no-loadscope-reorder
 
-test: check-chromium jars lint
+test: check-chromium jvm-jars lint
 	$(PY) -m pytest $(XDIST)
 
 unit: venv  # the inner loop: tests/unit needs no JVM, no broker and no browser
 	$(PY) -m pytest tests/unit
 
-extended: jars  # the second tier: the fault test and the long end-to-end runs (CI runs it after make test)
+extended: jars  # what make test leaves out: the fault test and the long end-to-end runs (CI runs it after make test)
 	SENSORCEP_EXTENDED=1 $(PY) -m pytest $(XDIST)
 
 nightly: check-chromium jars lint  # before a release, or after a change to the pipeline's guarantees

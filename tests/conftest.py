@@ -9,6 +9,9 @@ A test's tier is the directory it lives in, and its marker comes from there (``p
   crashes, the console, the HTML report in Chromium;
 * ``tests/fault`` - the seeded fault test (its own broker, killed on purpose).
 
+``make test`` runs every tier but the tests :func:`extended` names: the fault test and the longer runs marked
+``extended``, which ``make extended`` runs (CI runs both, decision 0063).
+
 A test that asks for more than its tier allows (a unit test asking for ``spark``) is a collection error, so the
 tiers stay true. The broker starts only when a selected test needs it; the notebooks find it, a temporary base path
 and a small simulated data set through ``SENSORCEP_*`` environment variables. Every notebook but 03 runs as a Spark
@@ -83,15 +86,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 def extended(item) -> bool:
-    """Whether a test is in the second tier (``make extended``, decision 0063): the fault test, and the tests marked
+    """Whether a test is ``make extended``'s (decision 0063): the fault test, and the tests marked
     ``extended``: long runs of what ``make test`` proves at a smaller scale."""
     return tier(item) == "fault" or item.get_closest_marker("extended") is not None
 
 
 def _select_the_runs_tests(config, items):
-    """Deselect (not skip) what this run leaves to the other tier: ``make test`` the second tier, ``make extended``
-    everything else; ``make nightly`` runs every test (decision 0063)."""
-    if NIGHTLY:
+    """Deselect (not skip) what this run leaves to the other: ``make test`` the extended tests, ``make extended``
+    everything else; ``make nightly`` runs every test (decision 0063). Tests named on the command line
+    (``pytest tests/fault``) run whatever their tier, unless ``SENSORCEP_EXTENDED=1`` asks for the extended ones."""
+    named = config.args_source == pytest.Config.ArgsSource.ARGS
+    if NIGHTLY or (named and not EXTENDED):
         return
     left = [item for item in items if extended(item) != EXTENDED]
     if left:
@@ -101,20 +106,28 @@ def _select_the_runs_tests(config, items):
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """``make test``'s two pytest-xdist workers: the notebooks are one unit of work, run in order by one worker
-    (01 -> 05 build on each other's tables, in that worker's session folder); so is a module whose tests share a
-    module-scoped fixture; every other test is a unit of its own.
+    """The two pytest-xdist workers: the notebooks are one unit of work, run in order by one worker (01 -> 05 build on
+    each other's tables, in that worker's session folder); so is a module whose tests share a module-scoped fixture;
+    every other test is a unit of its own. A worker runs a test once it holds the next, so pytest-xdist queues a unit
+    behind the fault test: the last in the run order (the shortest kind), not the next, which waited for the fault test
+    while the other worker idled (``make extended``: the Spark Connect pipeline test, 148 s after the fault test's 811).
     (pytest 9 ignores the node-id suffix that pytest-xdist's ``--dist loadgroup`` groups by: the grouping is here.)"""
     from xdist.scheduler import LoadScopeScheduling
 
-    class NotebooksInOrder(LoadScopeScheduling):
+    class SuiteScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::")[0]
             if path.endswith(".ipynb"):
                 return "notebooks"
             return path if _shares_a_module_fixture(path) else nodeid
 
-    return NotebooksInOrder(config, log)
+        def _assign_work_unit(self, node) -> None:
+            units = self.assigned_work.get(node, {}).values()
+            if any(not done and test.startswith("tests/fault/") for unit in units for test, done in unit.items()):
+                self.workqueue.move_to_end(next(reversed(self.workqueue)), last=False)
+            super()._assign_work_unit(node)
+
+    return SuiteScheduling(config, log)
 
 
 @functools.cache

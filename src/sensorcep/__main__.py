@@ -41,7 +41,8 @@ def cmd_jars(args) -> None:
 
     if not jars.fetch():
         print(f"JVM dependencies are up to date in {jars.JARS_DIR}")
-    class_archive.build()
+    if args.class_archive:
+        class_archive.build()
 
 
 def cmd_broker(args) -> None:
@@ -261,6 +262,12 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser(
         "jars",
         help="fetch the pinned JVM dependencies (jvm/pom.xml) with Maven and build the JVM's class archive, once",
+    )
+    p.add_argument(
+        "--no-class-archive",
+        dest="class_archive",
+        action="store_false",
+        help="only the jars: local sessions start without the archive, or from one built before (make test)",
     )
     p.set_defaults(func=cmd_jars)
 

@@ -55,7 +55,7 @@ def _from_a_restarted_start(error: str, lines: list[str]) -> bool:
     return bool(restarted) and ("PythonPreInitRunner" in error or any(f"Query {name} [" in error for name in restarted))
 
 
-#: the second tier (decision 0063): make test's notebooks and kafka tests run each of the job's queries; this runs the
+#: in make extended (decision 0063): make test's notebooks and kafka tests run each of the job's queries; this runs the
 #: whole job from its bundle definition, stops it and resumes it
 @pytest.mark.extended
 def test_always_on_job_runs_stops_and_resumes_without_loss_or_doubles(spark, settings, capfd, monkeypatch):

@@ -42,7 +42,7 @@ def table_rows(settings, table: str) -> list[tuple]:
     return sorted(tuple(str(v) for v in row) for row in frame.itertuples(index=False))
 
 
-#: the second tier (decision 0063): make test runs notebooks 01, 02, 04 and 05 as Spark Connect clients
+#: in make extended (decision 0063): make test runs notebooks 01, 02, 04 and 05 as Spark Connect clients
 @pytest.mark.extended
 def test_the_pipeline_through_spark_connect_writes_what_the_classic_session_writes(spark, settings, tmp_path):
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.acks_topic])
@@ -107,7 +107,7 @@ print(json.dumps(table[["batches", "input_rows", "events_per_s", "output_rows"]]
 """
 
 
-#: the second tier (decision 0063): make test runs notebook 04's study as a Spark Connect client
+#: in make extended (decision 0063): make test runs notebook 04's study as a Spark Connect client
 @pytest.mark.extended
 def test_the_tuning_study_through_spark_connect_counts_the_rows_it_ran(spark, settings, tmp_path):
     params = json.dumps({"base_path": str(tmp_path), "schema": settings.schema})

@@ -38,7 +38,7 @@ def _produce(settings, alert: dict, at: datetime) -> None:
     simulator.produce_records(frame, settings.kafka_bootstrap_servers, settings.alerts_topic)
 
 
-#: the second tier (decision 0063): make test renders the page and runs the lifecycle's acks from the topic
+#: in make extended (decision 0063): make test renders the page and runs the lifecycle's acks from the topic
 @pytest.mark.extended
 def test_an_incident_acked_on_the_page_is_acked_by_that_person_in_alert_events_and_never_escalates(spark, settings):
     settings = settings.replace(ack_timeout="5 minutes")

@@ -209,7 +209,7 @@ def _produce(bootstrap: str, topic: str, values: list, sent_at: dict[int, float]
     )
 
 
-#: the second tier (decision 0063): make test runs the lifecycle's writer over fixed and random batches (above), and
+#: in make extended (decision 0063): make test runs the lifecycle's writer over fixed and random batches (above), and
 #: notebook 03 runs it from the alerts and acks topics
 @pytest.mark.extended
 def test_live_from_the_topics_events_once_escalations_once_bad_acks_quarantined(spark, settings):

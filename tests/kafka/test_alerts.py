@@ -75,7 +75,7 @@ def test_each_anomaly_becomes_one_alert_with_its_fields(spark, settings, tmp_pat
     assert (anomalies.detected_at > anomalies.event_time).all(), "detected_at: when the alert record reached Kafka"
 
 
-#: a crash of the alert path (a cold JVM in a subprocess), in the second tier beside the fault test, which kills its
+#: a crash of the alert path (a cold JVM in a subprocess), in make extended beside the fault test, which kills its
 #: anomalies query before and after its MERGE and its Kafka sink while it writes (decisions 0040, 0063)
 @pytest.mark.extended
 def test_crash_and_restart_alerts_every_anomaly_with_stable_ids(spark, settings):
@@ -133,7 +133,7 @@ def test_realtime_alerts_equal_the_anomalies_of_a_fixed_input(spark, settings):
     assert len(query.recentProgress) <= 4, "one long-running batch per checkpoint interval, not a batch per trigger"
 
 
-#: the second tier (decision 0063): make test's tests/unit/test_queries.py checks the pool each query declares
+#: in make extended (decision 0063): make test's tests/unit/test_queries.py checks the pool each query declares
 @pytest.mark.extended
 def test_alert_and_sampling_queries_run_side_by_side_in_their_pools(spark, settings):
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic])

@@ -27,7 +27,7 @@ DEVICES = [("p1", "plant-1"), ("p2", "plant-1"), ("p3", "plant-1"), ("q1", "plan
 MINUTE = 60
 
 
-#: the second tier (decision 0063): make test checks group rules without a JVM (tests/unit/test_rule_groups.py)
+#: in make extended (decision 0063): make test checks group rules without a JVM (tests/unit/test_rule_groups.py)
 @pytest.mark.extended
 def test_three_pumps_of_a_site_faulting_within_ten_minutes_are_one_alert_and_one_incident(spark, settings):
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic, settings.acks_topic])

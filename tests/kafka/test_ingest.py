@@ -57,7 +57,7 @@ def test_two_runs_land_exactly_the_valid_distinct_events(spark, settings):
     assert set(quarantine.raw_value) == set(first.malformed.value) | set(second.malformed.value)
 
 
-#: a crash of ingest (a cold JVM in a subprocess), in the second tier beside the fault test, which kills it at every
+#: a crash of ingest (a cold JVM in a subprocess), in make extended beside the fault test, which kills it at every
 #: kind of point (decisions 0040, 0063); make test replays ingest's batches in its own session
 @pytest.mark.extended
 def test_killed_run_then_rerun_changes_nothing(spark, settings, tmp_path):
@@ -72,7 +72,7 @@ def test_killed_run_then_rerun_changes_nothing(spark, settings, tmp_path):
     assert len(_quarantine(settings)) == len(sim.malformed)
 
 
-#: the second tier (decision 0063): make test's test_ingest_accounting.py resets ingest's checkpoint and reads again
+#: in make extended (decision 0063): make test's test_ingest_accounting.py resets ingest's checkpoint and reads again
 @pytest.mark.extended
 def test_after_a_checkpoint_reset_the_new_querys_batches_are_written_not_taken_for_replays(spark, settings):
     import shutil
@@ -86,7 +86,7 @@ def test_after_a_checkpoint_reset_the_new_querys_batches_are_written_not_taken_f
     assert _expected(first) | _expected(second) == bronze  # nothing of the new query's first batches was skipped
 
 
-#: the second tier (decision 0063): make test quarantines bad records beside good ones (test_bad_input.py)
+#: in make extended (decision 0063): make test quarantines bad records beside good ones (test_bad_input.py)
 @pytest.mark.extended
 def test_a_first_run_of_only_bad_records_creates_an_empty_bronze_that_sampling_can_read(spark, settings):
     import pandas as pd

@@ -95,7 +95,7 @@ def test_an_event_resent_hours_later_is_counted_as_a_duplicate_not_written_twice
     assert not _coordinates(bronze) & _coordinates(dups), "a record is in one table only"
 
 
-#: the second tier (decision 0063): make test's accounting test holds copies of events in one batch, by device key
+#: in make extended (decision 0063): make test's accounting test holds copies of events in one batch, by device key
 @pytest.mark.extended
 def test_copies_of_an_event_in_one_batch_keep_its_first_record_whichever_partitions_they_lie_in(spark, settings):
     """Copies re-sent under the device's key lie in one partition, copies re-sent under other keys in two: either way
@@ -143,7 +143,7 @@ def test_every_record_read_is_in_exactly_one_table(spark, settings):
     assert len(kept[0]) == len(sim.distinct_valid)
 
 
-#: the second tier (decision 0063): make test resets ingest's checkpoint and reads the topic again in small batches
+#: in make extended (decision 0063): make test resets ingest's checkpoint and reads the topic again in small batches
 @pytest.mark.extended
 def test_a_reset_checkpoint_reads_bronzes_last_batch_again_and_restores_what_it_did_not_commit(spark, settings):
     """A batch's appends run side by side: when bronze's committed, the batch's duplicates may not have. A new
@@ -172,7 +172,7 @@ def test_a_reset_checkpoint_reads_bronzes_last_batch_again_and_restores_what_it_
     assert len(_table(settings, "bronze_events", ["offset"])) == 33
 
 
-#: the second tier (decision 0063): make test resets ingest's checkpoint and reads the topic again in small batches
+#: in make extended (decision 0063): make test resets ingest's checkpoint and reads the topic again in small batches
 @pytest.mark.extended
 def test_a_replayed_batch_after_a_reset_reading_from_the_start_adds_nothing(spark, settings):
     _produce(settings, _gateway("d1", 20, NOW, timedelta(0)) + _gateway("d1", 3, NOW, timedelta(minutes=1)))
@@ -197,7 +197,7 @@ def test_a_replayed_batch_after_a_reset_reading_from_the_start_adds_nothing(spar
     )
 
 
-#: the keys-collected way in the second tier (decision 0063): it is the way every other ingest test in make test judges
+#: the keys-collected way in make extended (decision 0063): it is the way every other ingest test in make test judges
 #: its batches
 @pytest.mark.parametrize(
     "found_rows",
@@ -232,7 +232,7 @@ def test_a_reset_that_reads_the_topic_again_in_small_batches_adds_nothing_in_any
     assert {n: len(_table(settings, n, ["offset"])) for n in names} == before
 
 
-#: the second tier (decision 0063): make test judges a batch against bronze (the reset's judged-against-bronze way)
+#: in make extended (decision 0063): make test judges a batch against bronze (the reset's judged-against-bronze way)
 @pytest.mark.extended
 def test_an_event_resent_after_the_run_let_its_batch_go_is_found_in_bronze(spark, settings):
     """A run keeps its latest batches to look records up in (``kept_rows``); a record re-sent later than they reach

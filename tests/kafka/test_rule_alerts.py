@@ -207,7 +207,7 @@ def test_a_running_always_on_alert_task_picks_up_a_rule_change_mid_stream(spark,
     assert len(expected) == 4  # before: d1 by v1; after: d1 and d2 by v2, d3 by high
 
 
-#: the second tier (decision 0063): make test runs the backtest notebook and the backtest's unit tests
+#: in make extended (decision 0063): make test runs the backtest notebook and the backtest's unit tests
 @pytest.mark.extended
 def test_a_backtest_of_the_live_rules_equals_the_live_run_and_a_candidate_differs_as_the_oracle_says(
     spark, settings, tmp_path

@@ -16,7 +16,7 @@ from sensorcep.pipeline import ingest, sampling
 
 
 # ---------------------------------------------------------------------------- Kafka end to end
-#: the second tier (decision 0063): make test's notebooks 01 and 02 run Kafka to bronze to sensor_samples
+#: in make extended (decision 0063): make test's notebooks 01 and 02 run Kafka to bronze to sensor_samples
 @pytest.mark.extended
 def test_kafka_to_bronze_to_sensor_samples_parses_once_and_twice_adds_nothing(spark, settings):
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic])

@@ -199,7 +199,7 @@ def test_property_any_batches_and_rules_fire_what_the_oracle_fires(spark, settin
     check()
 
 
-#: the second tier (decision 0063): make test runs the live query's writer over fixed and random batches (above)
+#: in make extended (decision 0063): make test runs the live query's writer over fixed and random batches (above)
 @pytest.mark.extended
 def test_the_live_query_reads_bronze_and_its_alerts_reach_the_topic_and_anomalies(spark, settings, tmp_path):
     create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, settings.alerts_topic])
@@ -231,7 +231,7 @@ def test_the_live_query_reads_bronze_and_its_alerts_reach_the_topic_and_anomalie
     assert pd.notna(anomalies[anomalies.rule_id == "silent"].kafka_timestamp).sum() == 0, "an absence has no record"
 
 
-#: the second tier (decision 0063): make test's test_rule_alerts.py has a running query pick up a rule change
+#: in make extended (decision 0063): make test's test_rule_alerts.py has a running query pick up a rule change
 @pytest.mark.extended
 def test_a_running_stateful_rules_query_picks_up_a_rule_change_mid_stream(spark, settings):
     """Events the watermark released before the change are judged by the old version, the ones it releases after the
@@ -267,7 +267,7 @@ def test_a_running_stateful_rules_query_picks_up_a_rule_change_mid_stream(spark,
     assert alerts_on_topic(settings) == want
 
 
-#: the second tier (decision 0063): make test runs the backtest notebook over the rules in force
+#: in make extended (decision 0063): make test runs the backtest notebook over the rules in force
 @pytest.mark.extended
 def test_a_backtest_of_the_rules_in_force_judges_only_the_events_the_live_query_took(spark, settings):
     """An event too late for the live stateful query's watermark is in late_events and fired nothing live; the backtest

@@ -91,6 +91,9 @@ def test_restart_after_k_batches_equals_an_uninterrupted_run(spark, settings, tm
     assert late_rows(settings, "sampling") == late_events(BATCHES, 30_000), "late events once, across the restart"
 
 
+#: in make extended (decision 0063): make test's tests/unit/test_checkpoint_settings.py refuses or lets go on each
+#: change, and a restart after k batches (above) equals an uninterrupted run
+@pytest.mark.extended
 def test_a_restart_with_another_window_is_refused_and_one_with_another_skew_bound_goes_on(spark, settings, tmp_path):
     """The settings-change table (checkpoint_settings): the window is fixed in the state, so a restart with another is
     refused before Spark starts, naming both values and the way on; max_future only judges records read from now on,

@@ -11,6 +11,8 @@ from sensorcep.tuning import TuningError, Workload
 TINY = Workload(events=3_000, devices=20, rate=25, batch=1_000)  # 2 minutes of event time: windows close
 
 
+#: the study's runs, and the tests that read them, are in make extended (decision 0063): make test runs the study
+#: through notebook 04
 @pytest.fixture(scope="module")
 def results(spark, tmp_path_factory):
     from sensorcep.settings import Settings
@@ -21,6 +23,7 @@ def results(spark, tmp_path_factory):
     return table, before, settings
 
 
+@pytest.mark.extended
 def test_one_row_per_configuration_with_metrics(results):
     table, _, _ = results
     assert list(zip(table["query"], table["preset"], strict=False)) == [
@@ -44,11 +47,13 @@ def test_one_row_per_configuration_with_metrics(results):
     assert table["run_id"].nunique() == 1 and table["spark_version"].iloc[0].startswith("4.")
 
 
+@pytest.mark.extended
 def test_session_settings_are_restored_after_the_runs(results, spark):
     _, before, _ = results
     assert spark.conf.get(tuning.PROVIDER) == before
 
 
+@pytest.mark.extended
 def test_results_land_in_delta_tuning_results(results, spark):
     table, _, settings = results
     path = tuning.save_results(spark, table, settings)

@@ -6,7 +6,7 @@ them)."""
 import os
 
 NIGHTLY = os.environ.get("SENSORCEP_NIGHTLY") == "1"
-#: ``make extended`` (``SENSORCEP_EXTENDED=1``): only the second tier, what ``make test`` leaves out (decision 0063)
+#: ``make extended`` (``SENSORCEP_EXTENDED=1``): only the tests ``make test`` leaves out (decision 0063)
 EXTENDED = os.environ.get("SENSORCEP_EXTENDED") == "1"
 
 
