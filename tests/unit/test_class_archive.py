@@ -39,3 +39,16 @@ def test_a_path_with_a_space_gets_no_archive_rather_than_a_jvm_that_cannot_start
     assert class_archive.java_options() == ""
     assert class_archive.build(quiet=True) is False
     assert "holds a space" in capsys.readouterr().out
+
+
+def test_make_jars_builds_the_archive_and_make_tests_jars_only_fetch(monkeypatch, capsys):
+    from sensorcep import __main__ as cli
+
+    built = []
+    monkeypatch.setattr(cli.jars, "fetch", lambda: False)
+    monkeypatch.setattr(cli.class_archive, "build", lambda: built.append(True))
+    cli.main(["jars"])
+    assert built == [True], "make jars, make demo, make extended: the jars and the archive"
+    cli.main(["jars", "--no-class-archive"])
+    assert built == [True], "make test: the jars only"
+    assert "up to date" in capsys.readouterr().out
