@@ -94,7 +94,7 @@ def extended(item) -> bool:
 def _select_the_runs_tests(config, items):
     """Deselect (not skip) what this run leaves to the other: ``make test`` the extended tests, ``make extended``
     everything else; ``make nightly`` runs every test (decision 0063). Tests named on the command line
-    (``pytest tests/fault``) run whatever their tier, unless ``SENSORCEP_EXTENDED=1`` asks for the extended ones."""
+    (``pytest tests/fault``) run whichever command's they are, unless ``SENSORCEP_EXTENDED=1`` asks for the extended."""
     named = config.args_source == pytest.Config.ArgsSource.ARGS
     if NIGHTLY or (named and not EXTENDED):
         return
