@@ -1,5 +1,7 @@
 """Small platform pieces: Java check, broker start errors, simulator determinism, idempotent Delta writes."""
 
+from pathlib import Path
+
 import pytest
 from support.streams import delta_version
 
@@ -18,6 +20,19 @@ def test_a_replayed_micro_batch_is_written_once(spark, settings, tables_by):
     assert delta.write_batch(df.limit(0), table, "q:t", 2, ["part_date"]) is False  # empty: no commit at all
     assert delta.read_table(spark, table, version=0).count() == 1
     assert delta_version(settings.table_path("sensor_samples")) == 1  # the files are where base_path says
+
+
+def test_session_jars_are_the_pinned_connectors_without_what_pyspark_ships():
+    # here, not in tests/unit: it reads the jars Maven fetched into .jars/, which `make unit` does not fetch
+    from importlib.metadata import version
+
+    from sensorcep.local import jars
+
+    names = [Path(jar).name for jar in jars.spark_jars()]
+    assert any(n.startswith("spark-sql-kafka-0-10_2.13-") for n in names)
+    assert f"delta-spark_4.1_2.13-{jars.pinned_version('delta.version')}.jar" in names
+    assert not any(n.startswith(("scala-library", "jackson-core", "hadoop-client")) for n in names)  # pyspark's win
+    assert jars.pinned_version("delta.version") == version("delta-spark")  # Python API and jars agree
 
 
 def test_local_python_workers_run_below_the_jvm_priority(spark):

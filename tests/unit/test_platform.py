@@ -2,7 +2,6 @@
 
 import socket
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
@@ -36,18 +35,6 @@ def test_simulator_is_deterministic_for_a_seed_and_has_every_kind():
     assert (a.valid.sensor_freq < 0).any() and len(a.distinct_valid) < len(a.valid)
     other = simulator.generate(simulator.SimulationConfig(events=20_000, devices=100, seed=6, start=config.start))
     assert other.records.value.tolist() != a.records.value.tolist()
-
-
-def test_session_jars_are_the_pinned_connectors_without_what_pyspark_ships():
-    from importlib.metadata import version
-
-    from sensorcep.local import jars
-
-    names = [Path(jar).name for jar in jars.spark_jars()]
-    assert any(n.startswith("spark-sql-kafka-0-10_2.13-") for n in names)
-    assert f"delta-spark_4.1_2.13-{jars.pinned_version('delta.version')}.jar" in names
-    assert not any(n.startswith(("scala-library", "jackson-core", "hadoop-client")) for n in names)  # pyspark's win
-    assert jars.pinned_version("delta.version") == version("delta-spark")  # Python API and jars agree
 
 
 def test_broker_down_leaves_a_process_alone_whose_pid_was_recycled(tmp_path):
