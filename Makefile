@@ -69,7 +69,7 @@ test: check-chromium jvm-jars lint
 unit: venv  # the inner loop: tests/unit needs no JVM, no broker and no browser (on two workers: 43 s, not 62)
 	$(PY) -m pytest $(XDIST) tests/unit
 
-extended: jars  # what make test leaves out: the fault test and the long end-to-end runs (CI runs it after make test)
+extended: check-chromium jars  # what make test leaves out: the fault test and the long end-to-end runs (CI runs it after make test)
 	SENSORCEP_EXTENDED=1 $(PY) -m pytest $(XDIST)
 
 nightly: check-chromium jars lint  # before a release, or after a change to the pipeline's guarantees

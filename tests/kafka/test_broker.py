@@ -1,4 +1,4 @@
-"""Small platform pieces: Java check, broker start errors, simulator determinism, idempotent Delta writes."""
+"""The local Kafka broker: one that cannot start is one clear error, and leaves no process behind."""
 
 import socket
 

@@ -12,9 +12,11 @@ import pandas as pd
 import pytest
 from support.streams import delta_frame
 
+from sensorcep.io import delta
 from sensorcep.local import simulator
 from sensorcep.local.broker import create_topics
 from sensorcep.pipeline import ingest
+from sensorcep.runtime import get_spark
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -49,10 +51,11 @@ def _produce(settings, events):
 
 
 def _table(settings, name, columns):
-    try:
-        return delta_frame(settings.table_path(name), columns)
-    except Exception:  # the table was never created: nothing landed there
+    """The table's columns as pandas; empty only when the table was never created (nothing landed there)."""
+    path = settings.table_path(name)
+    if not delta.table_exists(path, get_spark()):
         return pd.DataFrame(columns=columns)
+    return delta_frame(path, columns)  # any other error reading it fails the test
 
 
 def _coordinates(frame) -> set[tuple]:

@@ -1,4 +1,5 @@
-"""02 sampling: the pure rule, the streamed processor against the pandas oracle, restart, Kafka end to end."""
+"""02 sampling from Kafka: simulated events through ingest into bronze, sampled from bronze as a Delta stream (Kafka
+parsed once), equal to the pandas oracle; a second run adds nothing."""
 
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ from support.streams import T0, oracle_rows, sample_rows
 from sensorcep.local import simulator
 from sensorcep.local.broker import create_topics
 from sensorcep.pipeline import ingest, sampling
-
-# ---------------------------------------------------------------------------- the pure rule
 
 
 # ---------------------------------------------------------------------------- Kafka end to end

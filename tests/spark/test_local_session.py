@@ -1,4 +1,6 @@
-"""Small platform pieces: Java check, broker start errors, simulator determinism, idempotent Delta writes."""
+"""The local Spark session: a replayed micro-batch written once (catalog names and paths), the pinned connector jars,
+Python workers (their priority, where they import pyspark from), task slots for real-time queries and the suite's
+code generation mode."""
 
 from pathlib import Path
 

@@ -1,6 +1,7 @@
 """Progress capture (listener -> Delta stream_progress), the live view and the state data source, on real queries."""
 
 import json
+import time
 from types import SimpleNamespace
 
 import pandas as pd
@@ -60,8 +61,16 @@ def test_queries_not_started_by_the_project_are_not_recorded(spark, settings, tm
     )
     other.processAllAvailable()
     other.stop()
+    assert other.recentProgress, "the other query reported progress the listener heard"
+    # the control: a project query on the same session and settings is recorded
+    ours = streaming.run_available_now(
+        batch_stream(spark, tmp_path / "in"), settings, "progress_probe", foreach_batch=_noop
+    )
     monitoring.flush_progress(spark, settings, other)
-    assert reports.read_progress(spark, settings).empty
+    progress = reports.read_progress(spark, settings)
+    assert not progress.empty
+    assert set(progress.run_id) == {str(ours.runId)}
+    assert set(progress.query_name) == {settings.query_name("progress_probe")}
 
 
 def test_read_progress_and_health_of_the_recorded_run(short_run, spark):
@@ -83,7 +92,10 @@ def test_read_progress_and_health_of_the_recorded_run(short_run, spark):
 def test_live_view_shows_each_querys_last_progress(short_run, capsys):
     query, _ = short_run
     with live.LiveView([query], every_s=0.05) as view:
-        pass
+        deadline = time.monotonic() + 10
+        while view.refreshes == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert view.refreshes >= 1, "the background loop refreshed the view while it was open"
     table = view.render()
     last = json.loads(query.lastProgress.json)
     assert table.to_dict("records")[0] == {
@@ -96,7 +108,6 @@ def test_live_view_shows_each_querys_last_progress(short_run, capsys):
         "state rows": None,
         "watermark": last["eventTime"]["watermark"][11:19],
     }
-    assert view.refreshes >= 2
     assert query.name in capsys.readouterr().out
 
 

@@ -1,4 +1,5 @@
-"""02 sampling: the pure rule, the streamed processor against the pandas oracle, restart, Kafka end to end."""
+"""02 sampling on Spark: the streamed processor's samples and late events against the pandas oracle (fixed batches
+and drawn ones), and restarts from its checkpoint (after some batches; with changed settings)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,6 @@ from support.streams import T0, batch_stream, events, late_rows, oracle_rows, sa
 
 from sensorcep.pipeline import sampling
 from sensorcep.pipeline.checkpoint_settings import SettingsChangedError
-
-# ---------------------------------------------------------------------------- the pure rule
-
 
 # ---------------------------------------------------------------------------- streamed vs oracle
 # Watermark 30 s, windows 60 s sliding 30 s. Times are seconds after T0.
@@ -136,6 +134,3 @@ def test_property_any_batches_match_the_oracle(spark, settings, tmp_path_factory
     settings = _run(spark, settings, base, frames, **example)
     assert sample_rows(settings) == oracle_rows(reference_samples(frames, 60, slide, 30, scope))
     assert late_rows(settings, "sampling") == late_events(frames, 30_000)
-
-
-# ---------------------------------------------------------------------------- Kafka end to end

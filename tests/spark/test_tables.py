@@ -1,4 +1,5 @@
-"""The tables registry: catalog names (Unity Catalog on Databricks, Spark's catalog locally) or paths, one setting."""
+"""Tables on the local session: a catalog name registered again from its files in a fresh catalog, a name registered
+at other files refused, paths without the catalog, and fenced appends that write each batch once across a restart."""
 
 import pytest
 

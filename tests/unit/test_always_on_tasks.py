@@ -1,5 +1,6 @@
-"""The always-on job, run locally from its bundle definition: it runs, stops cleanly and resumes from its
-checkpoints with nothing lost and nothing doubled."""
+"""The always-on job's tasks without a JVM (stand-in queries): each is the package's entry point, which tasks and
+queries start and what is refused, a query that gets work on a refresh or restarts when its rules change, and a late
+Python worker's query started again while any other failure fails the task."""
 
 from __future__ import annotations
 

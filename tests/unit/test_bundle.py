@@ -112,8 +112,16 @@ def test_no_two_jobs_that_run_by_themselves_share_a_checkpoint(target, choice):
 
 
 def test_a_required_variable_without_a_value_is_refused():
-    with pytest.raises(AssertionError, match="catalog"):
-        resolved("prod", given={})
+    """The CLI refuses `bundle validate` and `deploy` while a declared variable has no default, no lookup and no value
+    from the target, --var or BUNDLE_VAR_* ("no value assigned to required variable", its
+    ``bundle/config/mutator/set_variables.go``): the bundle leaves exactly these to the deployer."""
+    required = {name for name, v in ROOT_YAML["variables"].items() if "default" not in v and "lookup" not in v}
+    unset = {target: sorted(required - set(spec.get("variables", {}))) for target, spec in ROOT_YAML["targets"].items()}
+    assert unset == {
+        "dev": ["catalog", "kafka_bootstrap_servers"],  # dev runs as the deploying user: no service principal
+        "prod": ["catalog", "kafka_bootstrap_servers", "service_principal_id"],
+    }
+    assert sorted(GIVEN) == unset["prod"], "the tests' deployer gives exactly these"
 
 
 def test_databricks_yml_has_dev_default_and_prod_targets():
@@ -214,6 +222,14 @@ def test_a_value_for_a_parameter_the_job_does_not_have_is_a_clear_error():
 def test_every_widget_a_task_notebook_reads_is_a_parameter_of_its_job(task):
     assert task.notebook.exists(), task.notebook
     assert _widgets_read(task.notebook) <= set(task.parameters)
+
+
+@pytest.mark.parametrize("notebook", sorted((PROJECT_ROOT / "notebooks").rglob("*.ipynb")), ids=lambda p: p.name)
+def test_a_notebook_that_reads_the_rules_reads_the_extra_fields_they_may_name(notebook):
+    """A rule may read a field kept through ``extra_fields`` (docs/rules.md): a notebook that loads the rules without
+    that widget checks them against no extra field, and refuses such a rule whatever the job's parameter says."""
+    read = _widgets_read(notebook)
+    assert "rules_file" not in read or "extra_fields" in read
 
 
 @pytest.mark.parametrize("job_key", JOB_KEYS)

@@ -121,10 +121,11 @@ def test_prod_deploys_to_one_fixed_folder_whoever_deploys():
 # ------------------------------------------------------------------------------ 7: required values stop validate
 def test_prod_needs_a_service_principal_and_brokers_given_and_dev_and_local_keep_working(monkeypatch):
     variables = ROOT_YAML["variables"]
+    prod = ROOT_YAML["targets"]["prod"].get("variables", {})
     for name in ("service_principal_id", "kafka_bootstrap_servers", "catalog"):
         assert "default" not in variables[name], f"{name}: the CLI names a variable without a value at validate"
-    with pytest.raises(AssertionError, match=r"\['kafka_bootstrap_servers', 'service_principal_id'\]"):
-        resolved("prod", {"catalog": "main"})
+        assert name not in prod, f"{name}: the prod target gives no value, the deployer must"
+    assert resolved("prod")["run_as"] == {"service_principal_name": GIVEN["service_principal_id"]}
     # dev runs as the deploying user: no service principal to give
     dev = resolved("dev", {"catalog": "main", "kafka_bootstrap_servers": "b1:9092"})
     assert "run_as" not in dev
@@ -339,9 +340,14 @@ def test_the_slot_check_is_skipped_with_a_note_where_slots_cannot_be_known(datab
     with caplog.at_level("WARNING", logger=kafka.__name__):
         kafka.check_realtime_slots(object(), Settings(), "sensor-events")
     assert "task slots not checked" in caplog.text and databricks_cluster.asked == []
+    # a SparkContext with 2 slots for 12 partitions: on Databricks the check stops the reader
+    monkeypatch.setattr(kafka, "classic_context", lambda spark: SimpleNamespace(defaultParallelism=2))
+    with pytest.raises(RealTimeUnavailableError):
+        kafka.check_realtime_slots(object(), Settings(), "sensor-events")
+    databricks_cluster.asked.clear()
     monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION")  # the laptop: its parallelism is not its slot count
     kafka.check_realtime_slots(object(), Settings(), "sensor-events")
-    assert databricks_cluster.asked == []
+    assert databricks_cluster.asked == [], "skipped before the topic was asked"
 
 
 # ------------------------------------------------------------------------------ 10: smaller items

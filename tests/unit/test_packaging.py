@@ -6,6 +6,8 @@ import re
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
+from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -18,15 +20,24 @@ ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 #: what pyspark's ``connect`` extra brings (the Spark Connect client), pinned like the rest
 CONNECT_CLIENT = ["grpcio", "grpcio-status", "googleapis-common-protos", "zstandard"]
+#: the Pythons requirements.txt pins for: 3.10 (pyproject.toml's requires-python) and 3.11+, where a pin that needs
+#: 3.11 has a second line for 3.10 (``python_version < "3.11"``)
+PYTHONS = ["3.10", "3.11"]
 
 
-def pins() -> dict[str, str]:
+def pins(python: str | None = None) -> dict[str, str]:
+    """requirements.txt's pins for Python ``python`` ("3.10"), by default this interpreter's: a line with a marker
+    counts where its marker holds."""
     lines = [line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()]
     found = {}
     for line in filter(None, lines):
-        match = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([A-Za-z0-9_.\-+]+)", line)
-        assert match, f"requirements.txt: {line!r} is not an exact pin (name==version)"
-        found[canonicalize_name(match.group(1))] = match.group(2)
+        match = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([A-Za-z0-9_.\-+]+)(?:\s*;\s*(.+))?", line)
+        assert match, f"requirements.txt: {line!r} is not an exact pin (name==version, an optional marker)"
+        if match.group(3) and not Marker(match.group(3)).evaluate({"python_version": python} if python else None):
+            continue
+        name = canonicalize_name(match.group(1))
+        assert name not in found, f"requirements.txt pins {name} twice for Python {python or 'here'}"
+        found[name] = match.group(2)
     return found
 
 
@@ -40,21 +51,24 @@ def declared() -> list[Requirement]:
     ]
 
 
-def test_every_declared_requirement_is_pinned_within_its_range():
-    pinned = pins()
+@pytest.mark.parametrize("python", PYTHONS)
+def test_every_declared_requirement_is_pinned_within_its_range(python):
+    pinned = pins(python)
     for requirement in declared():
         name = canonicalize_name(requirement.name)
         assert name in pinned, f"{requirement} (pyproject.toml) has no pin in requirements.txt"
         assert requirement.specifier.contains(pinned[name], prereleases=True), (
-            f"requirements.txt pins {name}=={pinned[name]}, outside pyproject.toml's {requirement}"
+            f"requirements.txt pins {name}=={pinned[name]} for Python {python}, outside pyproject.toml's {requirement}"
         )
     for name in CONNECT_CLIENT:
         assert name in pinned, f"the Spark Connect client's {name} is not pinned"
 
 
-def test_nothing_is_pinned_that_nobody_declares():
+@pytest.mark.parametrize("python", PYTHONS)
+def test_nothing_is_pinned_that_nobody_declares(python):
     names = {canonicalize_name(r.name) for r in declared()} | set(CONNECT_CLIENT)
-    assert set(pins()) - names == set()
+    assert set(pins(python)) - names == set()
+    assert set(pins(python)) == set(pins()), "each package has one pin for every Python"
 
 
 def test_the_environment_holds_the_pins():

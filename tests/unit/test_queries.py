@@ -102,6 +102,17 @@ def test_each_query_writes_named_tables_and_topics_only():
     assert "quarantine_events" in tables["alert_lifecycle"]
     with pytest.raises(ValueError, match="writes names 'rollups', neither a table of settings.TABLES"):
         queries.declare("x", task="ingest", writes="bronze_events, rollups")
+    topics = {name: [w for w in q.writes if w not in q.tables] for name, q in registry.registry().items()}
+    assert {name: written for name, written in topics.items() if written} == {
+        "stateful_rules": ["alerts topic"],
+        "alerts": ["alerts topic"],
+        "alert_lifecycle": ["escalations topic"],
+        "group_rules": ["alerts topic"],
+    }
+    declared = queries.declare("x", task="alerts", writes="alerts topic, late_events")(lambda spark, settings: None)
+    assert declared.query.writes == ("alerts topic", "late_events") and declared.query.tables == ("late_events",)
+    with pytest.raises(ValueError, match="writes names 'pages topic', neither a table .* nor one of alerts topic"):
+        queries.declare("x", task="alerts", writes="alerts topic, pages topic")
 
 
 def test_declarations_refuse_what_the_project_cannot_run():

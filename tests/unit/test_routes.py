@@ -1,5 +1,6 @@
-"""Routes as data (issue "Incidents reach people", its first part): the routing tree, grouping, inhibition, silences
-and one error per bad entry; ``routes test`` prints a plan without sending. Delivery is not built yet."""
+"""Routes as data (issue "Incidents reach people", its first part): the routing tree, grouping, inhibition, silences,
+one error per bad entry and a notification's id kept across retries; ``routes test`` prints a plan without sending
+(delivery: tests/unit/test_delivery.py)."""
 
 from __future__ import annotations
 

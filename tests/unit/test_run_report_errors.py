@@ -1,6 +1,5 @@
-"""The run's HTML report, as a browser shows it: the local runner renders each executed notebook (tables, plots,
-tracebacks) and an index with the tasks and the health verdicts; headless Chromium loads the pages and the tests
-read the DOM it built."""
+"""The run report's health section without a browser or Spark: a run that recorded no progress gets one sentence
+saying why there are no verdicts, and starts no Spark session."""
 
 from __future__ import annotations
 

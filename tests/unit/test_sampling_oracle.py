@@ -1,4 +1,5 @@
-"""02 sampling: the pure rule, the streamed processor against the pandas oracle, restart, Kafka end to end."""
+"""02 sampling's pure rule (``sampling.pick_samples``), without Spark: which events of a window are its first, middle
+and last samples and its anomalies, with ties, duplicates and the anomaly threshold."""
 
 from __future__ import annotations
 
@@ -53,6 +54,3 @@ def test_duplicates_count_once():
 def test_anomaly_threshold_is_a_parameter():
     samples = sampling.pick_samples(events(("a", 1.0, 0), ("b", 8.0, 1), ("c", 9.0, 2)), anomaly_threshold=8.0)
     assert samples.is_anomalous.tolist() == [1, 0, 0]  # strictly below the threshold
-
-
-# ---------------------------------------------------------------------------- Kafka end to end

@@ -1,4 +1,5 @@
-"""The state-store tuning harness: real runs on a tiny workload, refusal of bad configurations, the recommendation."""
+"""The state-store tuning harness without Spark: the plan and its refusals, the workload's shape and where its tables
+live, rounds combined by median, and the recommendation with its measured reasons."""
 
 import pandas as pd
 import pytest

@@ -25,7 +25,7 @@ micro-batches nor on the arrival order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 OPEN, SNOOZED, CLOSED = "open", "snoozed", "closed"
 #: every transition :func:`advance` records, and whether it pages someone
@@ -95,7 +95,7 @@ class Transition:
 
 
 def _iso(us: int) -> str:
-    return datetime.fromtimestamp(us / 1e6, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(us / 1e6, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def due(incident: dict | None, policy: Policy) -> list[tuple[int, str]]:

@@ -31,7 +31,7 @@ import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 from sensorcep.rules.catalog import VersionedRule
 from sensorcep.rules.model import OPERATOR, Judged, options_of, per_object
@@ -399,7 +399,9 @@ def match_detail(rule, spans: list) -> str:
     ``step 1 at <time>; step 3 at <first> to <last>`` (UTC, ms; a step that repeats: its first and last event)."""
 
     def at(t_us: int) -> str:
-        return datetime.fromtimestamp(t_us / 1e6, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return (
+            datetime.fromtimestamp(t_us / 1e6, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        )
 
     numbers = [index for index, step in enumerate(rule.steps, start=1) if not step.absent]
     return "; ".join(
