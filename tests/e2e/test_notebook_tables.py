@@ -1,6 +1,7 @@
 """What the notebooks wrote, checked against the events they ran on: the notebooks themselves only show their results
 (a notebook is a user's page, not a test), so these tests read the tables 01-03 wrote and compare them with the
-simulated topic (:mod:`support.notebook_data`).
+simulated topic (:mod:`support.notebook_data`), 04's study results with its ``smoke`` matrix, and 05's progress
+record and plots with the queries 01-03 ran.
 
 They run after the notebooks, on the same pytest-xdist worker, in the notebooks' session folder (``tests/conftest.py``
 orders them so), and only when the notebooks run too: they read what the notebooks wrote.
@@ -8,11 +9,16 @@ orders them so), and only when the notebooks run too: they read what the noteboo
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pandas as pd
 import pytest
 from support.notebook_data import notebook_simulation
 from support.streams import delta_frame
 
+from sensorcep import tuning
+from sensorcep.observability import accounting, reports
 from sensorcep.pipeline import alerts
 from sensorcep.settings import env_settings
 
@@ -82,3 +88,32 @@ def test_03_alerts_every_anomalous_event_once_whatever_its_copies_and_lateness(s
     assert len(anomalous) > 0
     assert sorted(anomalies.alert_id) == sorted(expected), "one anomaly row per anomalous event, none other"
     assert set(anomalies.rule_id) == {"negative_frequency"}
+
+
+def test_04_records_one_row_per_configuration_of_its_matrix_with_the_windows_it_closed(spark, settings):
+    results = _table(settings, "tuning_results")
+    smoke, workload = tuning.MATRICES["smoke"], tuning.WORKLOADS["smoke"]
+    assert settings.tuning_preset == "smoke"
+    assert sorted(zip(results["query"], results["preset"], strict=True)) == sorted(smoke)
+    assert (results.batches == workload.events // workload.batch).all()
+    assert (results.input_rows == workload.events).all()
+    for column in ("events_per_s", "batch_p95_ms", "commit_p95_ms", "state_rows_max"):
+        assert (results[column] > 0).all(), column
+    assert (results.output_rows > 0).all(), "the workload spans more event time than a window: windows closed"
+
+
+#: the queries notebooks 01-03 start with the packaged rules and no routes_file (no stateful or group rule is in force)
+STARTED = {"ingest", "sampling", "device_activity", "alerts", "anomalies", "alert_lifecycle"}
+
+
+def test_05_shows_the_progress_of_every_query_started_and_every_record_ingest_and_alerts_read(spark, settings, sim):
+    progress = reports.read_progress(spark, settings)
+    assert set(progress.query_name) == {settings.query_name(q) for q in STARTED}
+    rows = progress.groupby("query_name").num_input_rows.sum()
+    assert rows[settings.query_name("ingest")] == len(sim.records), "ingest read each record of the topic once"
+    assert rows[settings.query_name("alerts")] == len(sim.records), "the alert query read the topic itself, once"
+    assert (rows > 0).all()
+    plots = {path.name for path in Path(os.environ["SENSORCEP_RUN_DIR"]).glob("progress_*.png")}
+    assert plots == {f"progress_{name}.png" for name in progress.query_name.unique()}, "05 saved a plot per query"
+    late = accounting.late_event_summary(spark, settings, progress)
+    assert late.accounted.all(), "every row a query dropped as late is in late_events"
