@@ -43,6 +43,7 @@ def _produce(settings, events, seed, start):
 
 
 def test_two_runs_land_exactly_the_valid_distinct_events(spark, settings):
+    settings = settings.replace(max_offsets_per_trigger=1_600)  # two batches a run: judged against one another too
     first = _produce(settings, 3_000, seed=1, start=START)
     ingest.start_ingest(spark, settings)
     second = _produce(settings, 2_000, seed=2, start=first.end)

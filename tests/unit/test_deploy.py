@@ -30,8 +30,8 @@ from sensorcep.settings import LOCAL_BROKER, PROJECT_ROOT, Settings, SettingsErr
 
 try:
     import tomllib
-except ImportError:  # Python 3.10
-    from pip._vendor import tomli as tomllib
+except ImportError:  # Python 3.10: tomllib's origin, pinned in requirements.txt
+    import tomli as tomllib
 
 CHECKLIST = PROJECT_ROOT / "docs" / "deploy-checklist.md"
 CONSTRAINTS = PROJECT_ROOT / "tests" / "unit" / "data" / "dbr_17_3_constraints.txt"

@@ -1,4 +1,6 @@
-"""Small platform pieces: Java check, broker start errors, simulator determinism, idempotent Delta writes."""
+"""Small platform pieces: the Java and Maven checks, broker start and stop errors, simulator determinism, and the
+one-sentence refusals where the runtime lacks a feature (the state reader, transformWithState, real-time mode,
+interval triggers on serverless)."""
 
 import socket
 from datetime import datetime, timezone
