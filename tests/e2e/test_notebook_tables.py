@@ -1,7 +1,7 @@
 """What the notebooks wrote, checked against the events they ran on: the notebooks themselves only show their results
 (a notebook is a user's page, not a test), so these tests read the tables 01-03 wrote and compare them with the
-simulated topic (:mod:`support.notebook_data`), 04's study results with its ``smoke`` matrix, and 05's progress
-record and plots with the queries 01-03 ran.
+simulated topic (:mod:`support.notebook_data`), 04's study results with the matrix of the session's preset (``smoke``;
+``quick`` in ``make nightly``), and 05's progress record and plots with the queries 01-03 ran.
 
 They run after the notebooks, on the same pytest-xdist worker, in the notebooks' session folder (``tests/conftest.py``
 orders them so), and only when the notebooks run too: they read what the notebooks wrote.
