@@ -50,8 +50,10 @@ def rocksdb_provider() -> str:
 def catalog_keeps_tables() -> bool:
     """Whether the session's catalog lasts and places its tables' files itself: Unity Catalog (or the workspace's
     metastore) on Databricks. A local session's catalog lives in memory, one per Spark application: there the project
-    keeps the files under ``base_path`` and names them in each session (:mod:`sensorcep.io.tables`)."""
-    return is_databricks()
+    keeps the files under ``base_path`` and names them in each session (:mod:`sensorcep.io.tables`). A Databricks App
+    (the incident page) reads the same Unity Catalog tables through Databricks Connect: there too the catalog keeps
+    them, and a table is found by its name alone."""
+    return is_databricks() or is_databricks_app()
 
 
 # ------------------------------------------------------------------------------ compute kinds and what each lacks

@@ -152,6 +152,14 @@ def test_every_variable_used_is_declared_and_a_setting_or_a_deployment_knob():
     assert used - deployment <= set(parameter_names())
 
 
+def test_every_variable_the_docs_tell_a_deployer_to_set_is_declared():
+    """``--var name=...`` in the docs is what a deployer types; the CLI refuses a variable the bundle lacks."""
+    texts = [PROJECT_ROOT / "README.md", PROJECT_ROOT / "databricks.yml", *(PROJECT_ROOT / "docs").glob("*.md")]
+    told = {name for path in texts for name in re.findall(r"--var[ =]([a-z_]+)=", path.read_text())}
+    assert {"catalog", "schema", "incident_page_url"} <= told
+    assert told <= set(ROOT_YAML["variables"]), told - set(ROOT_YAML["variables"])
+
+
 #: bundle variables that are settings but deliberately differ from the laptop's default, and why
 DEPLOYED_DIFFERENTLY = {
     "kafka_secret_scope": "the workspace reads SASL credentials from a secret scope; the laptop's broker has none",
@@ -168,10 +176,14 @@ def test_the_bundle_restates_no_settings_default_it_does_not_mean_to_change():
     """A variable that is a setting carries the setting's own default, or is listed above with the reason it differs:
     the two cannot drift apart silently."""
     defaults = {f.name: f.default for f in dataclasses.fields(Settings)}
+
+    def text(value) -> str:  # as a job parameter gives it: a bool as "true" / "false"
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
     differ = {
         name: (spec.get("default"), defaults[name])
         for name, spec in ROOT_YAML["variables"].items()
-        if name in defaults and str(spec.get("default")) != str(defaults[name])
+        if name in defaults and str(spec.get("default")) != text(defaults[name])
     }
     assert set(differ) == set(DEPLOYED_DIFFERENTLY), differ
 
@@ -202,7 +214,9 @@ def test_settings_given_to_the_always_on_job_reach_every_task():
     """The lifecycle's and device activity's timeouts are job parameters of the always-on job: a value given for a
     local run (or a job run's parameters on Databricks) reaches each task's settings."""
     given = {"ack_timeout": "2 minutes", "device_timeout": "3 minutes", "window_duration": "2 minutes"}
-    for task in jobs.tasks(jobs.ALWAYS_ON_JOB_KEY, params=given):
+    tasks = jobs.tasks(jobs.ALWAYS_ON_JOB_KEY, params=given)
+    assert [task.key for task in tasks] == ["ingest", "sampling_state", "alerts", "alert_records"]
+    for task in tasks:
         assert {k: task.parameters[k] for k in given} == given, task.key
         assert Settings.from_mapping({k: v for k, v in task.parameters.items() if k != "task"}).ack_timeout == (
             "2 minutes"
@@ -403,7 +417,9 @@ def test_the_bundle_artifact_builds_a_wheel_with_the_package_and_its_entry_point
 def test_each_task_line_is_one_short_line_with_only_the_parameters_that_differ(job_key):
     declared = {p["name"] for p in jobs.load_job(job_key)["job"]["parameters"]}
     given = {"base_path": "/tmp/elsewhere", "extra_fields": "a,\nb"}
-    for task in jobs.tasks(job_key, params={k: v for k, v in given.items() if k in declared}):
+    tasks = jobs.tasks(job_key, params={k: v for k, v in given.items() if k in declared})
+    assert tasks, job_key
+    for task in tasks:
         line = jobs.task_line(task)
         assert "\n" not in line and line.startswith(f"▶ {task.key}: ") and len(line) < 200, line
         assert "base_path=/tmp/elsewhere" in line
@@ -417,4 +433,4 @@ def test_a_notebook_task_joins_the_runs_spark_unless_it_runs_real_time_alerts():
     for job_key in (jobs.JOB_KEY, jobs.TUNING_JOB_KEY):
         assert not any(jobs.own_session(task) for task in jobs.tasks(job_key)), job_key
     realtime = jobs.tasks(jobs.JOB_KEY, params={"alerts_trigger": "realtime:5 seconds"})
-    assert all(jobs.own_session(task) for task in realtime)
+    assert realtime and all(jobs.own_session(task) for task in realtime)

@@ -498,3 +498,20 @@ def test_in_an_app_secrets_come_from_the_resources_env_and_spark_from_databricks
     assert runtime.get_dbutils().secrets.get("sensor-cep", "kafka-username") == "svc-incidents"
     with pytest.raises(KeyError, match="no secret resource for it .env SENSORCEP_SECRET_KAFKA_PASSWORD"):
         runtime.get_dbutils().secrets.get("sensor-cep", "kafka-password")
+
+
+def test_in_an_app_the_tables_are_the_catalogs_found_by_name_not_files_under_base_path(monkeypatch):
+    """The incident page reads the jobs' Unity Catalog tables: by name, as the jobs' Databricks sessions do. Given a
+    location (base_path's Volume), the first read would find the managed table's storage elsewhere and refuse it."""
+    from sensorcep import runtime, settings
+    from sensorcep.io import tables
+
+    ours = settings.Settings(catalog="main", schema="sensor_cep", base_path="/Volumes/main/sensor_cep/data")
+    monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION", raising=False)
+    monkeypatch.delenv("DATABRICKS_APP_NAME", raising=False)
+    assert not runtime.catalog_keeps_tables()  # a local session: files under base_path, named in each session
+    assert tables.table(ours, "alert_events").location is not None
+    monkeypatch.setenv("DATABRICKS_APP_NAME", "sensor-cep-incidents")
+    assert runtime.is_databricks_app() and runtime.catalog_keeps_tables()
+    found = tables.table(ours, "alert_events")
+    assert (found.identifier, found.location) == ("main.sensor_cep.alert_events", None)

@@ -130,8 +130,9 @@ def format_of(query: str) -> int:
 
 def _ways_on(settings: Settings, query: str) -> str:
     return (
-        f"start the query from a new checkpoint: set query_suffix (a new checkpoint, e.g. query_suffix=_v2) with a new "
-        f"schema for its tables, or delete {settings.checkpoint_path(query)} and empty the tables it writes"
+        f"start the query from a new checkpoint with a new schema for its tables (a deployed bundle: deploy with "
+        f"--var schema=<new>, whose volume holds new checkpoints; locally: schema=<new> and query_suffix=_v2, a new "
+        f"checkpoint), or delete {settings.checkpoint_path(query)} and empty the tables it writes"
     )
 
 

@@ -175,7 +175,8 @@ def explain_failure(query: StreamingQuery, error: BaseException) -> BaseExceptio
             f"query {query.name}: its checkpoint ({query.name} under checkpoints/) was written for another source; "
             f"since the medallion change, 02's queries read bronze_events, not Kafka. Start them from a new "
             f"checkpoint: delete that checkpoint folder (the new query reads bronze from its start and emits every "
-            f"window bronze holds again: empty the query's output table first, or set query_suffix and a new schema)."
+            f"window bronze holds again: empty the query's output table first, or start it with a new schema, "
+            f"--var schema=<new> for a deployed bundle, schema=<new> and query_suffix=_v2 locally)."
         )
     if not any(marker in text for marker in DATA_LOSS_MARKERS):
         return error
