@@ -90,3 +90,16 @@ def test_fenced_appends_write_each_batch_once_across_a_restart_and_skip_empty_ba
     assert restarted.once(lake, rows("q", 3), 3)
     assert held("q") == [0, 0, 1, 1, 2, 2, 3, 3]
     assert held("other") == [2, 2]
+
+
+def test_a_folder_a_crashed_first_write_left_without_a_delta_log_gets_its_table(spark, tmp_path):
+    """CREATE refuses a folder that holds files but no Delta log (a first write killed before its commit); the table
+    is then created by an empty append, with its columns and partitioning, and a second creation finds it."""
+    folder = tmp_path / "bronze"
+    spark.range(3).write.parquet(str(folder / "part_date=2026-01-01"))  # the crashed write's files, no _delta_log
+    assert delta.create_table(spark, str(folder), "a bigint, part_date date", ["part_date"]) is True
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{folder}`").first()
+    assert detail["partitionColumns"] == ["part_date"]
+    assert delta.read_table(spark, str(folder)).columns == ["a", "part_date"]
+    assert delta.create_table(spark, str(folder), "a bigint, part_date date", ["part_date"]) is False
+    assert delta.read_table(spark, str(folder)).count() == 0, "the stray files are not the table's"

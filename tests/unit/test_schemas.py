@@ -69,14 +69,18 @@ def test_a_table_is_created_by_one_create_statement_where_its_files_go():
 )
 def test_a_table_another_task_created_at_the_same_moment_is_not_an_error(monkeypatch, error, created):
     monkeypatch.setattr(delta, "table_exists", lambda table, spark: False)
+    monkeypatch.setattr(delta.tables, "holds_delta_table", lambda spark, location: True)  # CREATE made it
     session = _Session(error)
     assert delta.create_table(session, "/tmp/x/late_events", "a string") is created
     assert session.statements == ["CREATE TABLE IF NOT EXISTS delta.`/tmp/x/late_events` (a string) USING delta"]
 
 
 def test_a_folder_with_files_but_no_delta_log_gets_its_table_from_an_empty_append(monkeypatch):
+    """A Delta release that refuses CREATE there (this one creates nothing instead, silently: the spark tier's
+    ``test_a_folder_a_crashed_first_write_left_without_a_delta_log_gets_its_table``)."""
     appended = []
     monkeypatch.setattr(delta, "table_exists", lambda table, spark: False)
+    monkeypatch.setattr(delta.tables, "holds_delta_table", lambda spark, location: False)
     monkeypatch.setattr(delta, "write_table", lambda df, table, mode, partition_by: appended.append((df, mode)))
     session = _Session("[DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION] Cannot create table")
     assert delta.create_table(session, "/tmp/x/late_events", "a string") is True
