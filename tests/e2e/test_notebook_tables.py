@@ -68,6 +68,12 @@ def test_02_samples_each_closed_window_first_middle_last_and_every_anomaly_from_
         "every sample is an event of bronze, with its frequency"
     )
     too_late = set(_keys(late[late["query"] == settings.query_name("sampling")]))
+    taken = bronze[[key not in too_late for key in _keys(bronze)]]
+    length, slide = pd.Timedelta(seconds=settings.window_seconds), pd.Timedelta(seconds=settings.slide_seconds)
+    watermark = bronze.event_time.max() - pd.Timedelta(seconds=settings.watermark_seconds)
+    starts = {t.floor(slide) - k * slide for t in taken.event_time for k in range(length // slide)}
+    closed = {start for start in starts if start + length <= watermark}
+    assert len(closed) > 1 and set(samples.window_start) == closed, "every window the final watermark closed, no other"
     for (start, end), window in samples.groupby(["window_start", "window_end"]):
         roles = window.roles.explode()
         assert sorted(roles[roles.isin(["first", "middle", "last"])]) == ["first", "last", "middle"], start

@@ -146,6 +146,8 @@ def input_batches(draw):
             else:
                 rows.append((rule, device, second, "ack", f"a{b}{i}", "snooze", second + draw(st.integers(1, 150))))
         batches.append(inputs_frame(rows))
+    if not draw(st.booleans()):  # open end or not: an alert much later moves the watermark past every drawn one and its
+        batches.append(inputs_frame([("r1", "d2", 1_000, "alert", "z", None, None)]))  # deadlines (the simplest case)
     suppress, escalate = draw(st.sampled_from([20, 90])) * S, draw(st.sampled_from([40, 200])) * S
     return batches, Policy(draw(st.booleans()), suppress, escalate)
 

@@ -4,6 +4,7 @@ test_alert_lifecycle.py)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -116,11 +117,13 @@ def test_realtime_alerts_equal_the_anomalies_of_a_fixed_input(spark, settings):
     )
     simulator.produce(sim, settings.kafka_bootstrap_servers, settings.events_topic)
     settings = settings.replace(alerts_trigger="realtime:5 seconds")
+    started = time.monotonic()
     query = alerts.start_alerts(spark, settings, wait=False)
     assert query.isActive
     stop_when_caught_up(
         query, {settings.events_topic: topic_end_offsets(settings.kafka_bootstrap_servers, settings.events_topic)}
     )
+    ran_s = time.monotonic() - started
 
     anomalous = sim.valid[sim.valid.sensor_freq < 0]
     expected = {
@@ -130,7 +133,9 @@ def test_realtime_alerts_equal_the_anomalies_of_a_fixed_input(spark, settings):
     got = [v["alert_id"] for _, v in consume_all(settings.kafka_bootstrap_servers, settings.alerts_topic)]
     assert set(got) == expected and len(expected) > 50  # malformed records (5% of the input) never alert
     assert len(sim.malformed) > 100
-    assert len(query.recentProgress) <= 4, "one long-running batch per checkpoint interval, not a batch per trigger"
+    # however long the run took on this machine: one long-running batch per 5-second checkpoint interval (and the one
+    # cut short by the stop), not a micro-batch per trigger
+    assert 1 <= len(query.recentProgress) <= ran_s // 5 + 1, (len(query.recentProgress), ran_s)
 
 
 #: in make extended (decision 0063): make test's tests/unit/test_queries.py checks the pool each query declares
@@ -168,7 +173,7 @@ def test_alert_and_sampling_queries_run_side_by_side_in_their_pools(spark, setti
     finish(alert_q, settings)
     finish(sample_q, settings)
     assert pools == {"alerts": {"alerts"}, "sampling": {"sampling"}}
-    assert any(both_running), "the two queries ran batches at the same time"
+    assert any(both_running), "a batch of one query ran while the other query was active beside it"
     scheduler = spark.sparkContext._jsc.sc().getPoolForName("alerts").get()
     assert scheduler.weight() == 2 and spark.sparkContext._jsc.sc().getPoolForName("sampling").get().weight() == 1
 

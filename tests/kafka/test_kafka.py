@@ -57,9 +57,9 @@ def test_available_now_honours_max_offsets_per_trigger_and_resumes_from_checkpoi
     assert run() == [300]  # restart: only the new records, nothing re-read
 
 
-def test_starting_offsets_json_and_latest(spark, settings):
+def test_starting_offsets_per_partition_from_json_an_offset_or_the_earliest(spark, settings):
     _produce(settings.kafka_bootstrap_servers, settings.events_topic, 100)
-    spec = json.dumps({settings.events_topic: {"0": 40, "1": 0}})
+    spec = json.dumps({settings.events_topic: {"0": 40, "1": -2}})  # -2: the partition's earliest record
     rows = read_kafka(spark, settings, settings.events_topic, starting_offsets=spec, stream=False).collect()
     assert sorted(r["offset"] for r in rows if r["partition"] == 0) == list(range(40, 50))
     assert len([r for r in rows if r["partition"] == 1]) == 50

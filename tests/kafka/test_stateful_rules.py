@@ -150,6 +150,8 @@ def fleets(draw):
             )
         )  # fmt: skip
         batches.append(events(*rows))
+    if not draw(st.booleans()):  # open end or not: a later event moves the watermark past every drawn one (the simplest
+        batches.append(events(("d9", 1.0, 600)))  # case too), so windows close and absences are due
     seen, unique = set(), []
     for batch in batches:  # bronze holds each (device, event time) once
         keep = [(d, t) not in seen for d, t in zip(batch.device_id, batch.event_time_us, strict=True)]

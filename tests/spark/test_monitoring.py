@@ -12,6 +12,10 @@ from sensorcep.observability import live, monitoring, reports
 from sensorcep.pipeline import registry, sampling, streaming
 
 
+def _progress(event) -> SimpleNamespace:
+    return SimpleNamespace(**json.loads(event.json))
+
+
 def _noop(batch, batch_id):
     batch.count()
 
@@ -78,7 +82,8 @@ def test_read_progress_and_health_of_the_recorded_run(short_run, spark):
 
     query, settings = short_run
     progress = reports.read_progress(spark, settings)
-    verdicts = health.check_health(progress, registry.trigger_intervals(settings))
+    ran = progress[progress.run_id == str(query.runId)]  # the session's other tests record their runs beside it
+    verdicts = health.check_health(ran, registry.trigger_intervals(settings))
     assert {v.rule for v in verdicts} == {
         "falling_behind",
         "slow_batches",
@@ -87,6 +92,11 @@ def test_read_progress_and_health_of_the_recorded_run(short_run, spark):
         "late_rows",
     }
     assert all(v.query_name == settings.query_name("progress_probe") for v in verdicts)
+    assert sorted(ran.batch_id) == [p.batchId for p in map(_progress, query.recentProgress)]
+    assert ran.num_input_rows.sum() == 8
+    # four small batches, each moving the watermark, none late: every rule finds the run healthy, and says so
+    assert [(v.rule, v.healthy, v.run_id) for v in verdicts if not v.healthy] == []
+    assert all(v.run_id == str(query.runId) and v.summary for v in verdicts)
 
 
 def test_live_view_shows_each_querys_last_progress(short_run, capsys):

@@ -125,10 +125,17 @@ batch_lists = st.lists(
 
 
 @hsettings(max_examples=examples(6), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(batches=batch_lists, scope=st.sampled_from(["window", "device"]), slide=st.sampled_from([20, 30, 60]))
-def test_property_any_batches_match_the_oracle(spark, settings, tmp_path_factory, batches, scope, slide):
+@given(
+    batches=batch_lists,
+    scope=st.sampled_from(["window", "device"]),
+    slide=st.sampled_from([20, 30, 60]),
+    open_end=st.booleans(),
+)
+def test_property_any_batches_match_the_oracle(spark, settings, tmp_path_factory, batches, scope, slide, open_end):
     frames = [events(*rows) if rows else events(("z", 1.0, 0)).iloc[:0] for rows in batches]
     frames = [f for f in frames if len(f)] or [events(("a", 1.0, 0))]  # a parquet file per non-empty batch
+    if not open_end:  # the fleet's clock moves on and the drawn events' windows close (the simplest example too)
+        frames.append(events(("z", 1.0, 400)))
     base = tmp_path_factory.mktemp("prop")  # a base path and schema per example
     example = dict(sample_scope=scope, slide_duration=f"{slide} seconds", base_path=str(base), schema=base.name)
     settings = _run(spark, settings, base, frames, **example)

@@ -9,8 +9,9 @@ from datetime import datetime, timezone
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.receiver import LoopbackReceiver
 
-from sensorcep.routes.delivery import Outcome
+from sensorcep.routes.delivery import Outcome, deliver
 from sensorcep.routes.dispatch import Change
 from sensorcep.routes.model import parse_routes
 from sensorcep.routes.notifier import NOTIFICATION_COLUMNS, STATUSES, notify
@@ -83,8 +84,19 @@ def test_a_silenced_page_and_an_inhibited_page_are_rows_with_their_reason_and_se
 
 
 def test_a_receiver_that_keeps_failing_is_dead_lettered_and_the_pass_goes_on():
-    rows, _ = notify(ROUTES, {}, [opened(1, 0), opened(2, 0, site="yard")], now=30, send=Receiver("dead_letter"))
-    assert [(r["status"], len(r["attempts"])) for r in rows] == [("dead_letter", 3), ("dead_letter", 3)]
+    """Through the real delivery (retries, then a dead letter) to a real HTTP server on loopback: the plant's message
+    fails three times, and the pass still sends the yard's, which the server then takes."""
+    with LoopbackReceiver() as server:
+        server.codes = [500, 500, 500]  # then 200
+        secrets = {"s": f"{server.url}/slack"}.__getitem__
+
+        def send(message):
+            return deliver(ROUTES.receiver(message.receiver), message, secrets, attempts=3, backoff_s=0)
+
+        rows, _ = notify(ROUTES, {}, [opened(1, 0), opened(2, 0, site="yard")], now=30, send=send)
+    assert [(r["status"], r["attempts"]) for r in rows] == [("dead_letter", ["500"] * 3), ("delivered", ["200"])]
+    assert [r["group_name"] for r in rows] == ["team route site=plant", "team route site=yard"]
+    assert len(server.received) == 4, "three tries of the plant's message, one of the yard's"
 
 
 def test_a_replayed_pass_gives_the_same_rows_and_ids():
