@@ -93,6 +93,7 @@ bench: jars broker-up
 	$(PY) benchmarks/job_start.py
 	$(PY) benchmarks/fault_points.py
 	$(PY) benchmarks/ingest.py
+	$(PY) benchmarks/bronze_stats.py
 	$(PY) benchmarks/sampling.py
 	$(PY) benchmarks/sampling_pass.py
 	$(PY) benchmarks/alert_latency.py
