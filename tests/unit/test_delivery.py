@@ -75,6 +75,51 @@ def test_a_failing_receiver_is_retried_with_the_same_id_then_dead_lettered_and_n
     assert refused.status == "dead_letter" and all("Error" in a for a in refused.attempts)
 
 
+@pytest.mark.parametrize(
+    "receiver, secrets, said",
+    [
+        (  # the secret scope lacks the name the routes give
+            Receiver(name="chat", slack={"webhook_secret": "slack-url"}),
+            {},
+            "secret 'slack-url' could not be read (KeyError): nothing sent",
+        ),
+        (  # an empty value
+            Receiver(name="team", webhook={"url": "http://127.0.0.1:9/hook", "hmac_secret": "hook-hmac"}),
+            {"hook-hmac": ""},
+            "secret 'hook-hmac' is empty: nothing sent",
+        ),
+        (  # a Slack URL pasted without its scheme: urllib's own message would quote it, and it is a secret
+            Receiver(name="chat", slack={"webhook_secret": "slack-url"}),
+            {"slack-url": "hooks.slack.example/T000/B000/XXXXSECRET"},
+            "the address of receiver 'chat' is not an http(s) URL: nothing sent",
+        ),
+        (  # an SMTP secret of the wrong shape
+            Receiver(name="mail", email={"to": ["ops@example.com"], "smtp_secret": "smtp"}),
+            {"smtp": "smtp.example:ops:XXXXSECRET"},
+            "secret 'smtp' is not host:port:user:password: nothing sent",
+        ),
+    ],
+    ids=["missing", "empty", "not-a-url", "smtp-shape"],
+)
+def test_a_secret_a_receiver_cannot_use_dead_letters_its_message_at_once_saying_which_and_not_its_value(
+    receiver, secrets, said
+):
+    waits = []
+    outcome = delivery.deliver(receiver, MESSAGE, secrets.__getitem__, attempts=3, backoff_s=1, wait=waits.append)
+    assert (outcome.status, outcome.attempts, waits) == ("dead_letter", [said], []), "no retry: a retry cannot help"
+    assert "XXXXSECRET" not in str(outcome)
+
+
+def test_a_line_break_in_a_label_leaves_the_subject_one_line_and_one_in_an_address_dead_letters_the_message():
+    broken = delivery.Message(**{**MESSAGE.__dict__, "title": "too_hot at device_id=d1\r\nBcc: all@example.com"})
+    mail = delivery.render(Receiver(name="mail", email={"to": ["ops@example.com"], "smtp_secret": "smtp"}), broken,
+                           SECRETS.__getitem__)  # fmt: skip
+    assert mail["Subject"] == "too_hot at device_id=d1 Bcc: all@example.com" and mail["Bcc"] is None
+    odd = Receiver(name="mail", email={"to": ["ops@example.com\nBcc: all@example.com"], "smtp_secret": "smtp"})
+    outcome = delivery.deliver(odd, MESSAGE, SECRETS.__getitem__, attempts=3, backoff_s=0)
+    assert outcome.status == "dead_letter" and outcome.attempts[0].startswith("receiver 'mail' cannot take this")
+
+
 def test_an_email_names_its_notification_and_lists_the_incidents():
     receiver = Receiver(name="mail", email={"to": ["ops@example.com"], "smtp_secret": "smtp"})
     mail = delivery.render(receiver, MESSAGE, SECRETS.__getitem__)

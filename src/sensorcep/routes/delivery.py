@@ -3,8 +3,8 @@
 :func:`render` turns a :class:`Message` (a group of incidents from :mod:`sensorcep.routes.planning`) into the request a
 receiver expects: a signed JSON webhook, Slack's incoming-webhook text, a PagerDuty Events API v2 event (``dedup_key``
 = the notification id), or an e-mail. :func:`deliver` sends it, retries a failure with backoff, and after the last
-attempt gives a dead letter instead of raising: a receiver that is down never stops the job. Every attempt carries the
-same notification id (``Idempotency-Key``), so a receiver can drop a repeat.
+attempt gives a dead letter instead of raising: a receiver that is down, or a secret it lacks, never stops the job.
+Every attempt carries the same notification id (``Idempotency-Key``), so a receiver can drop a repeat.
 
 Secrets are looked up by name through ``secret(name)`` at send time (:func:`scope_secrets`: the secret scope on
 Databricks, environment variables locally), never held in the routes. Only the standard library is used (``urllib``,
@@ -53,6 +53,27 @@ class Request:
     body: bytes
 
 
+class UnusableSecret(Exception):
+    """A receiver's secret that cannot be read from its scope, or is not what the receiver needs: its message is
+    dead-lettered at once, with this, and the pass goes on. The text names the secret, never its value."""
+
+
+def _checked(secret: Callable[[str], str]) -> Callable[[str], str]:
+    """``secret``, raising :class:`UnusableSecret` for a secret it cannot read (missing from the scope, no access) or
+    that is empty."""
+
+    def read(name: str) -> str:
+        try:
+            value = secret(name)
+        except Exception as error:  # dbutils' own error, or KeyError locally: the name is all that is said
+            raise UnusableSecret(f"secret {name!r} could not be read ({type(error).__name__}): nothing sent") from None
+        if not value:
+            raise UnusableSecret(f"secret {name!r} is empty: nothing sent")
+        return value
+
+    return read
+
+
 @dataclass
 class Outcome:
     """What came of a message: ``delivered`` or ``dead_letter``, and every attempt's result (HTTP status or error)."""
@@ -99,7 +120,7 @@ def render(receiver: Receiver, message: Message, secret: Callable[[str], str]) -
         }
         return Request(receiver.pagerduty.url or PAGERDUTY_URL, headers, _json(event))
     mail = EmailMessage()
-    mail["Subject"] = message.title
+    mail["Subject"] = " ".join(message.title.split())  # a header holds no line break (a label's value may)
     mail["To"] = ", ".join(receiver.email.to)
     mail["From"] = "sensor-cep"
     mail["Message-ID"] = f"<{message.notification_id}@sensor-cep>"
@@ -109,7 +130,10 @@ def render(receiver: Receiver, message: Message, secret: Callable[[str], str]) -
 
 def _send_once(request: Request | EmailMessage, receiver: Receiver, secret, timeout_s: float) -> str:
     if isinstance(request, EmailMessage):
-        host, port, user, password = secret(receiver.email.smtp_secret).split(":", 3)
+        parts = secret(receiver.email.smtp_secret).split(":", 3)
+        if len(parts) != 4 or not parts[1].isdigit():
+            raise UnusableSecret(f"secret {receiver.email.smtp_secret!r} is not host:port:user:password: nothing sent")
+        host, port, user, password = parts
         with smtplib.SMTP(host, int(port), timeout=timeout_s) as smtp:
             # the server's certificate checked against the system's CAs and the host named (smtplib's own default
             # checks neither: the password would go to whoever answers)
@@ -133,9 +157,20 @@ def deliver(
     wait: Callable[[float], None] = time.sleep,
 ) -> Outcome:
     """Send ``message`` to ``receiver``: up to ``attempts`` tries, ``backoff_s`` doubling between them; a 2xx answer
-    is delivered, anything else (an HTTP error, a timeout, a refused connection) is tried again, then dead-lettered."""
-    request = render(receiver, message, secret)
+    is delivered, anything else (an HTTP error, a timeout, a refused connection) is tried again, then dead-lettered.
+    A message no try could send (a secret missing from its scope or of the wrong shape, a URL urllib cannot send to)
+    is dead-lettered at once, saying why without the secret's value: one receiver's configuration never stops the
+    pass, and every other receiver is still told."""
+    secret = _checked(secret)
     outcome = Outcome(message.notification_id, "dead_letter")
+    try:
+        request = render(receiver, message, secret)
+    except UnusableSecret as error:
+        outcome.attempts.append(str(error))
+        return outcome
+    except ValueError as error:  # e.g. an e-mail address with a line break in the routes: not the message's secrets
+        outcome.attempts.append(f"receiver {receiver.name!r} cannot take this message: {error}"[:200])
+        return outcome
     for attempt in range(attempts):
         if attempt:
             wait(backoff_s * 2 ** (attempt - 1))
@@ -147,6 +182,12 @@ def deliver(
             outcome.attempts.append(str(error.code))
         except (OSError, smtplib.SMTPException) as error:  # refused, timed out, unreachable
             outcome.attempts.append(f"{type(error).__name__}: {error}"[:200])
+        except UnusableSecret as error:
+            outcome.attempts.append(str(error))
+            return outcome
+        except ValueError:  # urllib's message quotes the URL, which may be a secret (a Slack webhook's)
+            outcome.attempts.append(f"the address of receiver {receiver.name!r} is not an http(s) URL: nothing sent")
+            return outcome
     return outcome
 
 
