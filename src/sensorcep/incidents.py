@@ -155,7 +155,10 @@ def create_app(spark: SparkSession, settings: Settings) -> FastAPI:
         comment: str = Form(...),
     ) -> RedirectResponse:  # fmt: skip
         matchers = {k: v for k, v in (("rule_id", rule_id), ("device_id", device_id)) if v}
-        made = silences.add(spark, settings, matchers, duration, author, comment)
+        try:
+            made = silences.add(spark, settings, matchers, duration, author, comment)
+        except ValueError as error:  # no matcher (it would mute everything), a duration that is not one: said why
+            raise HTTPException(400, str(error)) from None
         return _back(f"silence {made.silence_id} of {matchers} until {made.ends:%Y-%m-%d %H:%M} UTC")
 
     return app

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import urllib.error
+import urllib.parse
 import urllib.request
 from datetime import datetime, timedelta, timezone
 
@@ -22,6 +23,7 @@ from sensorcep import incidents
 from sensorcep.local import simulator
 from sensorcep.local.broker import create_topics
 from sensorcep.pipeline import alert_lifecycle, alerts
+from sensorcep.routes import silences
 
 
 def _alert(device: str, at: datetime) -> dict:
@@ -77,10 +79,18 @@ def test_an_incident_acked_on_the_page_is_acked_by_that_person_in_alert_events_a
     assert "escalated" in set(unacked.transition), "the incident nobody acked escalated: the deadlines did pass"
 
 
-def test_before_the_lifecycle_has_run_the_page_says_nothing_is_open_and_an_unknown_incident_is_a_404(spark, settings):
+def test_before_anything_is_recorded_the_page_shows_no_incident_404s_an_unknown_one_and_refuses_a_silence_of_nothing(
+    spark, settings
+):
     with served(incidents.create_app(spark, settings)) as url:
         with urllib.request.urlopen(url) as page:
             assert "0 open incident(s)" in page.read().decode()
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(f"{url}/incidents/nope")
         assert missing.value.code == 404
+        # a silence that names neither a rule nor a device would mute every incident: refused, saying so
+        form = urllib.parse.urlencode({"duration": "1 hour", "author": "ann", "comment": "works"}).encode()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(f"{url}/silences", data=form, method="POST"))
+        assert refused.value.code == 400 and "at least one matcher" in refused.value.read().decode()
+    assert silences.current(spark, settings) == [], "nothing written"

@@ -6,6 +6,7 @@ refuses bad acks into quarantine with a reason and keeps late alerts in ``late_e
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 import pytest
@@ -214,12 +215,20 @@ def _produce(bootstrap: str, topic: str, values: list, sent_at: dict[int, float]
 #: in make extended (decision 0063): make test runs the lifecycle's writer over fixed and random batches (above), and
 #: notebook 03 runs it from the alerts and acks topics
 @pytest.mark.extended
-def test_live_from_the_topics_events_once_escalations_once_bad_acks_quarantined(spark, settings):
+def test_live_from_the_topics_events_once_escalations_once_bad_acks_and_alerts_quarantined(spark, settings):
     bootstrap = settings.kafka_bootstrap_servers
     create_topics(bootstrap, [settings.alerts_topic, settings.acks_topic])
     a0, a1, b0, c0, late = _alert("a", 0), _alert("a", 30), _alert("b", 10), _alert("c", 20), _alert("c", 1)
     far = _alert("d", 2_000)
-    _produce(bootstrap, settings.alerts_topic, [a0, a1, b0, c0, a1, far])  # a1 re-sent
+    now = datetime.now(timezone.utc)
+    nowhere = {k: v for k, v in _alert("e", 40).items() if k != "device_id"}
+    ahead = {**_alert("e", 50), "event_time": (now + timedelta(minutes=40)).isoformat()}  # its Kafka timestamp too
+    _produce(
+        bootstrap,
+        settings.alerts_topic,
+        [a0, a1, b0, c0, a1, far, "not json", nowhere, ahead],  # a1 re-sent; the last three are refused
+        sent_at={8: (now + timedelta(minutes=38) - T0).total_seconds()},
+    )
     _produce(
         bootstrap,
         settings.acks_topic,
@@ -228,11 +237,14 @@ def test_live_from_the_topics_events_once_escalations_once_bad_acks_quarantined(
             _ack(b0, 700),  # after b's escalation (10 + 600 s): closes it, late
             _ack(c0, 60, action="snooze", until=_at(1_800)),  # c snoozed past its deadline
             {"alert_id": far["alert_id"], "acked_by": "old-client", "ack_time": _at(2_000)},  # no device/rule
-            _ack(far, 2 * 86_400),  # a client clock 2 days ahead
+            _ack(far, 2 * 86_400),  # a client clock 2 days ahead, its Kafka timestamp not
             _ack(far, 2_000, action="mute"),
             "not json",
+            _ack(c0, 70, action="snooze", until=1_767_225_600_000),  # epoch milliseconds: read as the year 57,970
+            # a client clock 40 minutes ahead, its Kafka timestamps too (38 minutes: the broker takes up to an hour)
+            {**_ack(c0, 80), "ack_time": (now + timedelta(minutes=40)).isoformat()},
         ],
-        sent_at={4: 2_000},
+        sent_at={4: 2_000, 8: (now + timedelta(minutes=38) - T0).total_seconds()},
     )
     alert_lifecycle.start_alert_lifecycle(spark, settings)
     _produce(bootstrap, settings.alerts_topic, [late])  # behind the watermark (2,000 - 30 s) when it arrives
@@ -252,8 +264,9 @@ def test_live_from_the_topics_events_once_escalations_once_bad_acks_quarantined(
     assert set(escalated.reason) == {"not acknowledged within 10 minutes"}
     refused = delta_frame(settings.table_path("quarantine_events"), ["topic", "reason"])
     assert sorted(refused.reason.str.split(" ").str[:3].str.join(" ")) == sorted(
-        ["ack names no", "ack_time more than", "ack action is", "ack is not"]
-    )
+        ["ack names no", "ack_time more than", "ack action is", "ack is not", "a snooze until", "ack_time more than",
+         "alert is not", "alert names no", "alert event_time more"]
+    )  # fmt: skip
     assert [(d, t) for d, _, t, _ in late_rows(settings, "alert_lifecycle")] == [("c", T0_US + 1_000_000)]
     still = alert_lifecycle.open_alerts(spark, settings)
     assert still.device_id.tolist() == ["c"] and still.state.tolist() == ["open"] and still.alerts.tolist() == [1]

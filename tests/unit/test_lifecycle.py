@@ -71,6 +71,16 @@ def test_a_snooze_mutes_until_its_end_then_escalates_at_once_if_its_deadline_pas
     assert incident["escalated"]
 
 
+def test_a_snooze_until_beyond_the_years_python_holds_is_recorded_not_raised():
+    """The query quarantines a snooze longer than a year; a state written before that check, or a timer's own text,
+    must still not raise out of the processor (that would stop the lifecycle at every restart)."""
+    until = 1_767_225_600_000 * S  # epoch milliseconds read as seconds: the year 57,970
+    steps, incident = lifecycle.advance(None, [alert(0, "a1"), Input(100 * S, "ack", "a1", "snooze", until, "ops")],
+                                        2_000 * S, LATCHED)  # fmt: skip
+    assert [s.transition for s in steps] == ["opened", "snoozed"] and incident["state"] == "snoozed"
+    assert steps[1].detail == f"until {until} µs after 1970-01-01"
+
+
 def test_acks_with_nothing_to_close_are_recorded_as_ignored():
     steps, incident = lifecycle.advance(None, [ack(5, "zz"), alert(10, "a1"), ack(20, action="snooze", until=15)],
                                         100 * S, LATCHED)  # fmt: skip

@@ -284,6 +284,30 @@ def test_an_aggregate_window_fires_once_when_the_watermark_closes_it_and_its_end
     assert fired == [] and memory == {"noisy:1": []}, "one event: no spread, no verdict; the window is gone"
 
 
+def test_readings_at_floats_limits_give_a_window_no_spread_instead_of_stopping_the_query():
+    """-1e308 then 1e308 (both finite: ingest takes them) overflow the running variance to -inf; the closed window
+    then has no stddev (as a window of one event has none): no alert, and no exception out of the processor."""
+    from sensorcep.rules.catalog import VersionedRule
+    from sensorcep.rules.sequential import advance
+
+    spread = {"id": "noisy", "kind": "aggregate", "function": "stddev", "field": "sensor_freq", "window": "1 minute",
+              "op": ">", "value": 1.0}  # fmt: skip
+    rules = [VersionedRule(r, 1) for r in parse_rules({"rules": [spread]})]
+    s = 1_000_000
+    fired, memory = advance(
+        rules, "d", {}, [(10 * s, -1e308, None), (20 * s, 1e308, None), (70 * s, 0.0, None)], 70 * s
+    )
+    assert fired == [] and memory["noisy:1"], "the window closed with no spread; the next is open"
+
+
+def test_a_duration_beyond_ten_years_is_refused_when_the_rules_are_read_not_when_a_timer_overflows():
+    quiet = {"id": "quiet", "kind": "absence", "within": "400000000000 days"}
+    for bad in (quiet, rule(suppress_for="1" + "0" * 309 + " seconds")):
+        with pytest.raises(RuleError, match=r"must be at most 3,660 days \(about ten years\)"):
+            parse_rules({"rules": [bad]})
+    assert parse_rules({"rules": [{**quiet, "within": "3660 days"}]})
+
+
 def test_an_aggregate_compares_with_a_value_or_each_devices_own_number_not_both():
     with pytest.raises(RuleError, match="give value .* or value_from .*, one of them"):
         parse_rules({"rules": [aggregate(value_from="devices.setpoint")]})

@@ -34,8 +34,14 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from sensorcep.io.kafka import read_kafka, write_kafka
 from sensorcep.io.lake import Tables
 from sensorcep.pipeline import lateness, queries, timers
-from sensorcep.pipeline.alerts import ALERT_SCHEMA, ANOMALY_FIELDS, read_alerts
-from sensorcep.pipeline.parsing import KAFKA_COORDINATES, record_columns, seconds_interval
+from sensorcep.pipeline.alerts import ALERT_SCHEMA, ANOMALY_FIELDS
+from sensorcep.pipeline.parsing import (
+    KAFKA_COORDINATES,
+    RECORD_KEY,
+    future_limit,
+    record_columns,
+    seconds_interval,
+)
 from sensorcep.pipeline.streaming import launch, materialized, writer_id
 from sensorcep.rules import catalog, lifecycle
 from sensorcep.rules.catalog import VersionedRule
@@ -49,6 +55,9 @@ ACK_SCHEMA = (
     "until timestamp"
 )
 ACTIONS = ("ack", "snooze")
+#: the longest snooze an ack may ask for (a longer one is quarantined: an until given in epoch milliseconds, which
+#: Spark reads as seconds, is a date tens of millennia ahead)
+LONGEST_SNOOZE_DAYS = 366
 #: the processor's input: alerts and acks in one shape (event_time: the alert's event time, or the ack's ack_time)
 INPUT_COLUMNS = ["rule_id", "device_id", "at_us", "kind", "alert_id", "action", "until_us", "actor", "alert"]
 OUTPUT_SCHEMA = (
@@ -204,8 +213,9 @@ def read_acks(spark: SparkSession, settings: Settings) -> DataFrame:
     parsed = raw.select(F.from_json(F.col("value").cast("string"), ACK_SCHEMA).alias("r"), *record_columns()).select(
         "r.*", "key", "value", *KAFKA_COORDINATES
     )
-    limit = F.col("kafka_timestamp") + seconds_interval(settings.max_future_seconds)
-    ahead = f"ack_time more than {settings.max_future} ahead of its Kafka timestamp"
+    limit = future_limit(settings)
+    ahead = f"ack_time more than {settings.max_future} ahead of its Kafka timestamp or of the ingest clock"
+    longest = f"a snooze until more than {LONGEST_SNOOZE_DAYS} days after its ack_time"
     action = F.coalesce(F.col("action"), F.lit("ack"))
     reason = (
         F.when(
@@ -219,14 +229,59 @@ def read_acks(spark: SparkSession, settings: Settings) -> DataFrame:
         .when(~action.isin(*ACTIONS), F.lit(f"ack action is not one of {', '.join(ACTIONS)}"))
         .when((action == "snooze") & F.col("until").isNull(), F.lit("a snooze without until"))
         .when(F.col("ack_time") > limit, F.lit(ahead))
+        .when(
+            (action == "snooze")
+            & (F.col("until") > F.col("ack_time") + seconds_interval(LONGEST_SNOOZE_DAYS * 86_400)),
+            F.lit(longest),  # epoch milliseconds given for until read as seconds: a date tens of millennia ahead
+        )
     )
     return parsed.select("*", reason.alias("reason"))
 
 
+def read_alert_records(spark: SparkSession, settings: Settings) -> tuple[DataFrame, DataFrame]:
+    """The alerts topic as the lifecycle takes it: its usable alerts (:data:`ANOMALY_FIELDS`, as
+    :func:`~sensorcep.pipeline.alerts.read_alerts` gives them) and, beside them, the records it cannot take, with the
+    reason (:data:`lateness.QUARANTINE_INPUT`, for ``quarantine_events``): not a JSON alert, no device, no usable
+    event time, or an event time further ahead of the record's Kafka timestamp (or the ingest clock) than
+    ``max_future``, which would move the lifecycle's watermark past every open incident's deadline."""
+    raw = read_kafka(spark, settings, settings.alerts_topic)
+    record_time = F.col("_record_time")
+    parsed = raw.select(
+        F.from_json(F.col("value").cast("string"), ALERT_SCHEMA).alias("r"),
+        "key",
+        "value",
+        *RECORD_KEY,
+        F.col("timestamp").alias("_record_time"),
+    )
+    reason = (
+        F.when(
+            F.col("r").isNull() | F.col("r.alert_id").isNull() | F.col("r.rule_id").isNull(),
+            F.lit("alert is not a JSON object with alert_id and rule_id"),
+        )
+        .when(F.col("r.device_id").isNull(), F.lit("alert names no device_id (an incident is per rule and device)"))
+        .when(F.col("r.event_time").isNull(), F.lit("alert has no event_time that reads as a time"))
+        .when(
+            F.col("r.event_time") > future_limit(settings, record_time),
+            F.lit(f"alert event_time more than {settings.max_future} ahead of its Kafka timestamp or the ingest clock"),
+        )
+    )
+    judged = parsed.select("*", reason.alias("reason"))
+    alerts = judged.where(F.col("reason").isNull()).select("r.*", record_time.alias("detected_at"))
+    refused = judged.where(F.col("reason").isNotNull()).select(
+        "key", "value", *RECORD_KEY, record_time.alias("kafka_timestamp"), "reason"
+    )
+    return alerts, refused
+
+
 def lifecycle_inputs(alerts: DataFrame, acks: DataFrame) -> DataFrame:
-    """Alerts (:func:`read_alerts`) and usable acks (:func:`read_acks`, ``reason`` null) in one stream:
+    """Alerts (:func:`read_alert_records`) and usable acks (:func:`read_acks`, ``reason`` null) in one stream:
     :data:`INPUT_COLUMNS` plus ``event_time`` (the alert's event time, or the ack time) and ``sensor_freq``."""
-    a = alerts.where(F.col("alert_id").isNotNull() & F.col("event_time").isNotNull() & F.col("rule_id").isNotNull())
+    a = alerts.where(
+        F.col("alert_id").isNotNull()
+        & F.col("event_time").isNotNull()
+        & F.col("rule_id").isNotNull()
+        & F.col("device_id").isNotNull()  # an incident is per rule and device (and the page and the routes name it)
+    )
     from_alerts = a.select(
         "rule_id",
         "device_id",
@@ -255,15 +310,25 @@ def lifecycle_inputs(alerts: DataFrame, acks: DataFrame) -> DataFrame:
 
 
 def lifecycle_stream(
-    alerts: DataFrame, acks: DataFrame, settings: Settings, by_rule: dict[str, lifecycle.Policy], *, keep_late=False
+    alerts: DataFrame,
+    acks: DataFrame,
+    settings: Settings,
+    by_rule: dict[str, lifecycle.Policy],
+    *,
+    keep_late=False,
+    refused_alerts: DataFrame | None = None,
 ) -> DataFrame:
     """Alerts and acks -> transitions (:data:`OUTPUT_SCHEMA`). ``keep_late``: the stream also carries its input
-    (for :func:`lateness.late_event_writer` to keep what was too late) and the refused acks."""
+    (for :func:`lateness.late_event_writer` to keep what was too late), the refused acks and ``refused_alerts``
+    (:func:`read_alert_records`)."""
     timed = lifecycle_inputs(alerts, acks).withWatermark("event_time", settings.interval("watermark_delay"))
     transitions = transitions_of(timed, by_rule)
     if not keep_late:
         return transitions
-    return lateness.with_input(transitions, timed, rejected=acks.where(F.col("reason").isNotNull()))
+    refused = acks.where(F.col("reason").isNotNull()).select(*lateness.QUARANTINE_INPUT)
+    if refused_alerts is not None:
+        refused = refused.unionByName(refused_alerts.select(*lateness.QUARANTINE_INPUT))
+    return lateness.with_input(transitions, timed, rejected=refused)
 
 
 def transitions_of(timed: DataFrame, by_rule: dict[str, lifecycle.Policy]) -> DataFrame:
@@ -374,10 +439,10 @@ def start_alert_lifecycle(spark: SparkSession, settings: Settings, *, wait: bool
     """Alerts topic + acks topic -> ``alert_events`` and ``alert_escalations`` (micro-batches, ``trigger``). The rules'
     ``latch`` and ``suppress_for`` are read when the query starts; the always-on job restarts it when they change."""
     by_rule = policies(catalog.rules_in_force(spark, settings), settings)
-    alerts, acks = read_alerts(spark, settings), read_acks(spark, settings)
+    (alerts, refused), acks = read_alert_records(spark, settings), read_acks(spark, settings)
     # the alerts topic is written at least once: a late alert can arrive twice, and is kept once
     writer = lateness.late_event_writer(settings, QUERY, write_transitions_batch(settings), input_repeats=True)
-    stream = lifecycle_stream(alerts, acks, settings, by_rule, keep_late=True)
+    stream = lifecycle_stream(alerts, acks, settings, by_rule, keep_late=True, refused_alerts=refused)
     return launch(stream, settings, start_alert_lifecycle.query, wait=wait, foreach_batch=writer)
 
 

@@ -169,12 +169,13 @@ def merge_anomalies_batch(settings: Settings):
     """foreachBatch: alerts read back from the topic -> MERGE into ``anomalies`` on ``alert_id`` (insert if new).
 
     The merge is idempotent by itself: a replayed batch or a re-sent alert finds its row and adds nothing (the
-    first copy's ``detected_at`` stays).
+    first copy's ``detected_at`` stays). A record that is no alert (no id, rule, device or event time: another writer
+    of the topic) is left out; the alert lifecycle, which reads the same topic, quarantines it with the reason.
     """
 
     def write(batch: DataFrame, batch_id: int) -> None:
         rows = (
-            batch.where(F.col("alert_id").isNotNull())
+            batch.dropna(subset=["alert_id", "rule_id", "device_id", "event_time"])
             .dropDuplicates(["alert_id"])
             .select(*ANOMALY_FIELDS, F.to_date("event_time").alias("part_date"))
         )

@@ -103,7 +103,8 @@ def grouped_alerts(alerts: DataFrame, devices: DataFrame, rules: list[VersionedR
             F.lit(None).cast("string").alias("group_rule"), F.lit(None).cast("string").alias("group"),
             "alert_id", "device_id", "event_time", "sensor_freq",
         ).where(F.lit(False))  # fmt: skip
-    labelled = alerts.join(F.broadcast(devices.select("device_id", *labels)), "device_id", "left")
+    timed = alerts.where(F.col("event_time").isNotNull())  # an alert record without a usable time is in no group
+    labelled = timed.join(F.broadcast(devices.select("device_id", *labels)), "device_id", "left")
     picks = F.array(
         *[
             F.when(

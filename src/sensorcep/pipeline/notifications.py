@@ -102,12 +102,13 @@ def label_source(spark: SparkSession, settings: Settings) -> Callable[[str, str]
             for row in frame.select("device_id", *wanted).collect():
                 devices[row["device_id"]] = {c: str(row[c]) for c in wanted if row[c] is not None}
 
-    def labels(rule_id: str, device_id: str) -> dict[str, str]:
+    def labels(rule_id: str, device_id: str | None) -> dict[str, str]:
+        # a group rule's incident: its group's label; an incident of an alert that named no device: none
         return {
             "rule_id": rule_id,
             "device_id": device_id,
             "severity": severity.get(rule_id, "warning"),
-            **devices.get(device_id, grouping.labels_of(device_id)),  # a group rule's incident: its group's label
+            **devices.get(device_id, grouping.labels_of(device_id or "")),
         }
 
     return labels

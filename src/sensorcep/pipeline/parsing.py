@@ -60,8 +60,9 @@ def trusted_clock(kafka_timestamp: Column) -> Column:
     return F.least(stamped, clock)  # least() skips a null: no usable Kafka timestamp, the clock alone
 
 
-def _future_limit(settings: Settings) -> Column:
-    """The latest acceptable event time of a record: :func:`trusted_clock` + ``max_future``.
+def future_limit(settings: Settings, kafka_timestamp: Column | None = None) -> Column:
+    """The latest acceptable event time of a record: :func:`trusted_clock` + ``max_future`` (``kafka_timestamp``: the
+    record's Kafka timestamp, by default the column of that name).
 
     Relative to the record where its Kafka timestamp can be trusted: a record re-read later (a reset checkpoint) gets
     the same verdict unless its timestamp was ahead of the ingest clock when it was first read. A record far ahead of
@@ -72,7 +73,8 @@ def _future_limit(settings: Settings) -> Column:
     instant either way.
     """
     max_future_us = int(settings.max_future_seconds) * 1_000_000
-    return F.timestamp_micros(F.unix_micros(trusted_clock(F.col("kafka_timestamp"))) + F.lit(max_future_us))
+    stamped = F.col("kafka_timestamp") if kafka_timestamp is None else kafka_timestamp
+    return F.timestamp_micros(F.unix_micros(trusted_clock(stamped)) + F.lit(max_future_us))
 
 
 def _may_be_a_number(text: Column) -> Column:
@@ -110,7 +112,7 @@ def record_columns() -> list[Column]:
 
 def _stage(raw: DataFrame, settings: Settings) -> DataFrame:
     """Kafka rows + the typed fast parse (``_j``, ``_t``) and ``_ok``: the fast path vouches for the row."""
-    future_limit = _future_limit(settings)
+    latest = future_limit(settings)
     # NaN and Infinity are not JSON: the exact path calls them invalid JSON, so the fast path must not accept them
     options = {"columnNameOfCorruptRecord": "_corrupt", "allowNonNumericNumbers": "false"}
     fast = F.from_json(F.col("value").cast("string"), fast_schema(settings.extra_field_names), options)
@@ -130,7 +132,7 @@ def _stage(raw: DataFrame, settings: Settings) -> DataFrame:
         & (F.abs(j("sensor_freq")) != float("inf"))
         & (F.substring(j("event_time"), 5, 1) == "-")
         & F.col("_t").isNotNull()
-        & F.coalesce(F.col("_t") <= future_limit, F.lit(True))
+        & F.coalesce(F.col("_t") <= latest, F.lit(True))
         & F.expr("is_valid_utf8(value)")
     )
     staged = staged.select("*", fast_ok.alias("_ok"))
@@ -144,7 +146,7 @@ def parse_events(raw: DataFrame, settings: Settings) -> DataFrame:
     anything it is unsure of is parsed as a VARIANT, whose JSON types give the exact reason.
     """
     staged = _stage(raw, settings)
-    future_limit = _future_limit(settings)
+    latest = future_limit(settings)
     j = lambda name: F.col(f"_j.{name}")  # noqa: E731
     staged = _slow_fields(staged)
     dev_t, freq_t, time_t = F.col("_v_device_t"), F.col("_v_freq_t"), F.col("_v_time_t")
@@ -170,7 +172,7 @@ def parse_events(raw: DataFrame, settings: Settings) -> DataFrame:
         .when(missing(time_t), F.lit("missing field event_time"))
         .when(time_t != "STRING", F.concat(F.lit("event_time has wrong type "), time_t))
         .when(v_time.isNull(), F.concat(F.lit("unparseable event_time "), F.substring(v_time_text, 1, 64)))
-        .when(v_time > future_limit, F.lit(f"event_time more than {settings.max_future} in the future"))
+        .when(v_time > latest, F.lit(f"event_time more than {settings.max_future} in the future"))
     )
     # an extra field as get_json_object reads it: from the typed parse, whose string field holds the same text for
     # every JSON type (a number's text, an object's JSON); get_json_object parsed the whole record again for each field

@@ -78,6 +78,7 @@ def add(
     """Create a silence of ``matchers`` for ``duration`` (e.g. ``"2 hours"``) from ``starts`` (default now)."""
     if not author.strip() or not comment.strip():
         raise RoutesError("a silence needs an author and a comment: who muted what, and why")
+    matchers = parse_matchers([f"{label}={value}" for label, value in matchers.items()])  # none: it would mute all
     starts = starts or _now()
     ends = starts + timedelta(seconds=parse_duration(duration, "silence duration"))
     silence = Silence(uuid.uuid4().hex[:12], dict(matchers), starts, ends, author, comment)
@@ -106,9 +107,13 @@ def current(spark: SparkSession, settings: Settings) -> list[Silence]:
     latest = lake.read(TABLE).withColumn("n", F.row_number().over(newest)).where("n = 1")
     # the times as microseconds since the epoch: a collected timestamp would be naive, in the client's time zone
     rows = latest.select("*", F.unix_micros("starts").alias("starts_us"), F.unix_micros("ends").alias("ends_us"))
+    # a row written by hand without its times or with no matcher mutes nothing (a silence of nothing would be all)
+    usable = rows.where(
+        F.col("starts_us").isNotNull() & F.col("ends_us").isNotNull() & (F.coalesce(F.size("matchers"), F.lit(0)) > 0)
+    )
     return [
         Silence(r.silence_id, dict(r.matchers), _utc(r.starts_us), _utc(r.ends_us), r.author, r.comment)
-        for r in sorted(rows.collect(), key=lambda r: r.starts_us)
+        for r in sorted(usable.collect(), key=lambda r: r.starts_us)
     ]
 
 

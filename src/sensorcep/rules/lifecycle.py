@@ -95,7 +95,10 @@ class Transition:
 
 
 def _iso(us: int) -> str:
-    return datetime.fromtimestamp(us / 1e6, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    try:
+        return datetime.fromtimestamp(us / 1e6, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    except (OverflowError, ValueError, OSError):  # beyond the years Python's datetime holds: said as it came
+        return f"{us} µs after 1970-01-01"
 
 
 def due(incident: dict | None, policy: Policy) -> list[tuple[int, str]]:

@@ -430,13 +430,20 @@ class _Conditional(_Rule):
         return hit & (device_ids == self.scope.value) if self.scope is not None else hit
 
 
+#: the longest duration a rule may give (a state timer is microseconds in a 64-bit number: a typo of many digits would
+#: overflow it, or be infinite, and stop the rule's query at run time instead of here)
+LONGEST_DURATION_DAYS = 3_660
+
+
 def _positive_duration(text: str) -> str:
     try:
         seconds = parse_duration(text, "within")
     except ValueError as error:
         raise ValueError(str(error).removeprefix("within: ")) from None
-    if seconds <= 0:
+    if not seconds > 0:
         raise ValueError(f"must be longer than 0, not {text!r}")
+    if not seconds <= LONGEST_DURATION_DAYS * 86_400:
+        raise ValueError(f"must be at most {LONGEST_DURATION_DAYS:,} days (about ten years), not {text!r}")
     return text
 
 

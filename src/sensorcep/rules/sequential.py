@@ -413,8 +413,8 @@ def match_detail(rule, spans: list) -> str:
 def aggregate(function: str, window: list) -> float | None:
     """A closed window's aggregate (None: it has none, e.g. the stddev of one event)."""
     _, n, total, _, m2, low, high = window
-    if function == "stddev":
-        return math.sqrt(m2 / (n - 1)) if n >= 2 else None
+    if function == "stddev":  # m2 overflows to inf (or -inf, inf - inf) for readings near float's limits: no stddev
+        return math.sqrt(m2 / (n - 1)) if n >= 2 and 0 <= m2 < math.inf else None
     return {"avg": total / n, "min": low, "max": high, "sum": total, "count": float(n), "range": high - low}[function]
 
 
