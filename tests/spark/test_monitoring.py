@@ -94,8 +94,12 @@ def test_read_progress_and_health_of_the_recorded_run(short_run, spark):
     assert all(v.query_name == settings.query_name("progress_probe") for v in verdicts)
     assert sorted(ran.batch_id) == [p.batchId for p in map(_progress, query.recentProgress)]
     assert ran.num_input_rows.sum() == 8
-    # four small batches, each moving the watermark, none late: every rule finds the run healthy, and says so
-    assert [(v.rule, v.healthy, v.run_id) for v in verdicts if not v.healthy] == []
+    # four small batches, each moving the watermark, none late, no state: the rules that judge those find the run
+    # healthy (falling_behind and slow_batches judge its rates and durations, which depend on the machine's load)
+    judged = {v.rule: v.healthy for v in verdicts}
+    assert {rule: judged[rule] for rule in ("state_growth", "watermark_stalled", "late_rows")} == dict.fromkeys(
+        ("state_growth", "watermark_stalled", "late_rows"), True
+    )
     assert all(v.run_id == str(query.runId) and v.summary for v in verdicts)
 
 
