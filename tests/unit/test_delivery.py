@@ -90,12 +90,12 @@ def test_a_failing_receiver_is_retried_with_the_same_id_then_dead_lettered_and_n
         ),
         (  # a Slack URL pasted without its scheme: urllib's own message would quote it, and it is a secret
             Receiver(name="chat", slack={"webhook_secret": "slack-url"}),
-            {"slack-url": "hooks.slack.example/T000/B000/XXXXSECRET"},
+            {"slack-url": "hooks.slack.example/T000/B000/the-secret-value"},
             "the address of receiver 'chat' is not an http(s) URL: nothing sent",
         ),
         (  # an SMTP secret of the wrong shape
             Receiver(name="mail", email={"to": ["ops@example.com"], "smtp_secret": "smtp"}),
-            {"smtp": "smtp.example:ops:XXXXSECRET"},
+            {"smtp": "smtp.example:ops:the-secret-value"},
             "secret 'smtp' is not host:port:user:password: nothing sent",
         ),
     ],
@@ -107,7 +107,7 @@ def test_a_secret_a_receiver_cannot_use_dead_letters_its_message_at_once_saying_
     waits = []
     outcome = delivery.deliver(receiver, MESSAGE, secrets.__getitem__, attempts=3, backoff_s=1, wait=waits.append)
     assert (outcome.status, outcome.attempts, waits) == ("dead_letter", [said], []), "no retry: a retry cannot help"
-    assert "XXXXSECRET" not in str(outcome)
+    assert "the-secret-value" not in str(outcome)
 
 
 def test_a_line_break_in_a_label_leaves_the_subject_one_line_and_one_in_an_address_dead_letters_the_message():
