@@ -70,6 +70,9 @@ SEED = 20261126  # the suite's
 KINDS = (
     ("launcher JVM", "org.apache.spark.launcher.Main"),
     ("Spark JVM", "org.apache.spark.deploy.SparkSubmit"),
+    # the Spark JVM's process before it execs java: the spark-submit script, whose arguments carry the session's confs
+    # (the Python workers' daemon module among them)
+    ("Spark JVM", "bin/spark-submit"),
     ("broker JVM", "kafka.Kafka"),
     ("job's Python", "nemesis_driver.py"),
     ("Python workers", "pyspark.worker"),
@@ -121,7 +124,10 @@ class ProcessMeter:
                 continue
             key = (info["pid"], info["create_time"])
             seconds = info["cpu_times"].user + info["cpu_times"].system
-            kind = self.last[key][1] if key in self.last else kind_of(info["cmdline"] or [])
+            # what the process is now: a process that execs another program keeps its pid (the spark-submit script
+            # becomes the Spark JVM); a killed one's command line reads empty, and keeps the kind last seen
+            command = info["cmdline"] or []
+            kind = kind_of(command) if command or key not in self.last else self.last[key][1]
             self.last[key] = (seconds, kind)
 
     def start(self) -> ProcessMeter:
