@@ -18,7 +18,9 @@ are not counted).
    divided by the events, is the query's cost per million fleet events: the per-query table, which says where an
    event's price goes. It is not the model's price: alone, over a backlog, a query pays more per event than the
    queries running together for minutes (decision 0041).
-2. **Per round.** Every query then runs as the always-on job runs them (``--trigger`` for all, the alert query
+2. **Per round.** Every query then runs once for ``--settle`` seconds at ``--busy`` events/s, not counted (the windows
+   run one after another in one JVM, and the first paid the job's first compilations: a trickle window cost more
+   than a busier one). Then every query runs as the always-on job runs them (``--trigger`` for all, the alert query
    included) while a producer sends a trickle (``--trickle`` events/s) for ``--idle-seconds`` after ``--warmup``:
    what the pipeline burns when there is almost nothing to do is its fixed cost, per trigger round. It is split
    between the queries by their share of the batches' wall time; each query's batch time is broken down from its
@@ -213,6 +215,13 @@ def main() -> None:
     parser.add_argument("--high-trigger", default="60 seconds", help="every query's trigger in step 4")
     parser.add_argument("--high-warmup", type=int, default=90, help="seconds before step 4 measures")
     parser.add_argument("--high-seconds", type=int, default=360, help="how long step 4 measures")
+    parser.add_argument(
+        "--settle",
+        type=int,
+        default=120,
+        help="seconds of the always-on job at --busy events/s before step 2, not counted: the windows run one after "
+        "another in one JVM, and the first would otherwise pay the job's first compilations (0: none)",
+    )
     parser.add_argument("--soaks", default="", help="comma-separated soak results to compare with, e.g. soak_2000")
     args = parser.parse_args()
     soaks = {name: soak_figures(name) for name in args.soaks.split(",") if name}
@@ -235,6 +244,9 @@ def main() -> None:
         backlog_with_acks(settings, args.events, seed=6, start=sim.end)
         print(f"   {args.events:,} more, measured", flush=True)
         costs = per_event(spark, settings, args.events, clock)
+        if args.settle:
+            print(f"\n2a. every query running, {args.busy} events/s for {args.settle} s, not counted", flush=True)
+            always_on(spark, settings, args, clock, "settle", args.busy, Window(args.trigger, 0, args.settle))
         print(f"\n2. per round: every query running, trigger {args.trigger}, {args.trickle} events/s", flush=True)
         fixed, idle_cores, idle_rate = always_on(spark, settings, args, clock, "idle", args.trickle, short)
         print(f"\n3. per device: every query running, trigger {args.trigger}, {args.busy} events/s", flush=True)

@@ -29,7 +29,6 @@ from harness import (
     CpuMeter,
     always_on_window,
     argument_parser,
-    jvm_thread_seconds,
     progress,
     record,
     scratch_run,
@@ -43,20 +42,12 @@ from sensorcep.runtime import get_spark
 from sensorcep.settings import parse_duration
 
 
-def jit_seconds(clock: CpuMeter) -> float:
-    """CPU seconds the Spark JVM's JIT compiler threads (HotSpot's ``C1``/``C2 CompilerThread``) have used so far."""
-    return sum(
-        seconds
-        for jvm in clock.parts()["spark JVM"]
-        for (_, kind), seconds in jvm_thread_seconds(jvm.pid).items()
-        if kind == "JIT compilers"
-    )
-
-
-def idle(spark, settings, args, clock: CpuMeter) -> tuple[float, list[dict]]:
-    """Every always-on task running while a trickle arrives: the cores they used over the window, and each query's
-    batches in it."""
+def idle(spark, settings, args, clock: CpuMeter) -> tuple[float, float, list[dict]]:
+    """Every always-on task running while a trickle arrives: the cores they used over the window, of them the Spark
+    JVM's JIT compilers' (HotSpot's ``C1``/``C2 CompilerThread``: over the same window, not the start before it, which
+    compiles most), and each query's batches in it."""
     cpu, running, since = always_on_window(spark, settings, args.trickle, args.warmup, args.idle_seconds, clock)
+    jit = clock.spark_jvm_thread_cores()["JIT compilers"]
     rows = []
     for query in running:
         reports = progress(query, since)
@@ -69,7 +60,7 @@ def idle(spark, settings, args, clock: CpuMeter) -> tuple[float, list[dict]]:
                 "median batch ms": statistics.median(durations) if durations else 0,
             }
         )
-    return cpu / args.idle_seconds, rows
+    return cpu / args.idle_seconds, jit, rows
 
 
 def main() -> None:
@@ -108,9 +99,7 @@ def main() -> None:
             **overrides,
         ) as settings:
             catalog.apply_rules(spark, settings, [*load_rules(), *stateful_rule_set(1)])
-            jit = jit_seconds(clock)
-            cores, rows = idle(spark, settings, args, clock)
-            jit = (jit_seconds(clock) - jit) / args.idle_seconds
+            cores, jit, rows = idle(spark, settings, args, clock)
         round_s = parse_duration(args.trigger)
         figures[f"cores: {name} (cores)"] = cores
         figures[f"per {args.trigger} round: {name} (core-s)"] = cores * round_s
