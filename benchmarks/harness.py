@@ -303,6 +303,18 @@ def read_bronze(spark, settings: Settings, files: int = 0, fields: list[str] | N
     return stream.select(*ingest.EVENT_FIELDS, *(fields or []))
 
 
+def empty_rewritten(spark, settings: Settings, query: str) -> None:
+    """Empty the tables ``query`` (its name in the registry) rewrites from its input's start, so that another run of it
+    may start on a new checkpoint of its own (the query refuses one while they hold rows)."""
+    from sensorcep.io.lake import Tables
+    from sensorcep.pipeline import registry
+
+    lake = Tables(spark, settings)
+    for table in registry.query(query).rewritten_from_start:
+        if lake.exists(table):
+            spark.sql(f"DELETE FROM {lake[table].sql_name}")
+
+
 # ------------------------------------------------------------------------------ Kafka offsets
 def kafka_consumer(bootstrap: str, config: Mapping[str, object] | None = None) -> Consumer:
     """A confluent-kafka consumer in a group of its own that commits nothing: it reads where it is assigned, and can

@@ -35,6 +35,7 @@ from harness import (
     CpuMeter,
     argument_parser,
     batch_stats,
+    empty_rewritten,
     produce_backlog,
     read_bronze,
     record,
@@ -46,7 +47,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 
 from sensorcep.local.simulator import write_devices_table
 from sensorcep.observability.monitoring import stop_session
-from sensorcep.pipeline import device_activity, ingest, lateness, registry, sampling, stateful_rules, timers
+from sensorcep.pipeline import device_activity, ingest, lateness, sampling, stateful_rules, timers
 from sensorcep.pipeline.streaming import start_query
 from sensorcep.rules import catalog
 from sensorcep.rules.model import load_rules, packaged_examples
@@ -109,10 +110,7 @@ REGISTERED = {"sampling": "sampling", "device activity": "device_activity", "sta
 def fresh_output(spark, settings, name: str) -> None:
     """Empty the tables a real query rewrites from its input's start: each round's run starts on a new checkpoint."""
     if name in REGISTERED:
-        lake = ingest.Tables(spark, settings)
-        for table in registry.query(REGISTERED[name]).rewritten_from_start:
-            if lake.exists(table):
-                spark.sql(f"DELETE FROM {lake[table].sql_name}")
+        empty_rewritten(spark, settings, REGISTERED[name])
 
 
 def main() -> None:

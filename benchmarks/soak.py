@@ -16,7 +16,9 @@ took: a JVM started cold still compiles Spark's code minutes into the run). At t
 live heap and the workers' memory stayed flat (windows are freed, nothing piles up in a reused worker) and every
 query kept up (its lag did not grow from the first half to the second). The minutes are the producer's, from its
 start to its stop. After the producer stops: how long each query takes to process the whole topic, counted from the
-producer's last event (a query already caught up by then drains in about 0 s). The run's topics are deleted at the end.
+producer's last event (a query already caught up by then drains in about 0 s; one whose source another query writes
+is caught up only once its writers are), and whether the rate was held by issue 43's measure (:func:`held`). The run's
+topics are deleted at the end.
 
 Measure on a freshly started broker with nothing else running (``make broker-down``, ``rm -rf .broker``,
 ``make broker-up``): the machine has 2 cores; the producer and the broker take about a sixth of one.
@@ -279,6 +281,7 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
         f"{'lag events':>10} {'lag s':>6} {'live heap MB':>12}"
     )
     rows, heaps, worker_memory, cores, threads = [], [], [], [], []
+    compiled = codegen_compilations(jvm)
     produced_before, read_before, done = 0, started, {}
     for minute in range(1, args.minutes + 1):
         since = datetime.now().astimezone()
@@ -290,6 +293,7 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
         tables = readers.snapshot()
         ends.update(readers.ends(tables))
         used = live_heap_mb(jvm)
+        compiled, compiled_before = codegen_compilations(jvm), compiled
         heaps.append(used)
         workers = workers_mb(cpu)
         worker_memory.append(workers)
@@ -305,6 +309,7 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
             row["input_per_s"] = (end - produced_before) / seconds
             row["live_heap_mb"] = used
             row["python_workers_mb"] = workers
+            row["codegen_compilations"] = compiled - compiled_before
             rows.append(row)
             print(
                 f"{minute:>3} {row['query']:16} {row['batches']:>7} {row['input_per_s']:>7,.0f} "
@@ -320,7 +325,7 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
         print(
             f"    cpu cores: {cpu_line(cores[-1])} (of the Spark JVM: "
             + ", ".join(f"{kind} {used:.2f}" for kind, used in threads[-1].items())
-            + ")",
+            + f"); Spark's code generation compiled {compiled - compiled_before:,} classes",
             flush=True,
         )
     out.get(timeout=120)  # the producer hands back its send log once it has sent its last event, before it can exit
@@ -332,7 +337,13 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
             return readers.ends(tables)[name]
         return topic_end(offsets, source_topics(settings).get(name, settings.events_topic))
 
-    drained, caught_up = drain(queries, source_end, args.trigger, readers, stopped, args.drain_timeout)
+    running = {q.name for q in queries}
+    upstream = {  # of each running query, the running queries that write what it reads
+        q.name: [settings.query_name(u) for u in UPSTREAM.get(q.name.removesuffix(settings.query_suffix), ())]
+        for q in queries
+    }
+    upstream = {name: [u for u in writers if u in running] for name, writers in upstream.items()}
+    drained, caught_up = drain(queries, source_end, args.trigger, readers, stopped, args.drain_timeout, upstream)
     figures = {"rate (events/s)": args.rate, "minutes": args.minutes, "trigger": args.trigger}
     if args.records_trigger:
         figures["records trigger"] = args.records_trigger
@@ -356,10 +367,53 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
     print(drained)
     figures.update({f"mean cpu: {group} (cores)": used for group, used in mean.items()})
     figures.update({f"drain: {q.name} (s)": caught_up.get(q.name) for q in queries})  # None: did not catch up
+    figures.update(held(figures, caught_up, upstream, args.trigger, registry.trigger_intervals(settings)))
     for query in queries:  # stopped between batches: nothing is cancelled mid-write
         query.stop()
     offsets.close()
     return figures, rows
+
+
+#: what each query reads, by the queries that write it: a query can catch up only after they have
+UPSTREAM = {
+    "device_activity": ("ingest",),
+    "sampling": ("ingest",),
+    "stateful_rules": ("ingest",),
+    "anomalies": ("alerts", "stateful_rules"),
+    "alert_lifecycle": ("alerts", "stateful_rules"),
+    "group_rules": ("alerts", "stateful_rules"),
+    "notifier": ("alert_lifecycle", "group_rules"),
+}
+
+
+def held(
+    figures: dict,
+    caught_up: dict[str, float],
+    upstream: dict[str, list[str]],
+    trigger: str,
+    intervals_ms: dict[str, int],
+) -> dict:
+    """Issue 43's measure of a rate held, from the verdict's figures and the drain: every query kept up with state
+    rows flat, the live heap and the Python workers' memory flat, and every query caught up within two of its trigger
+    intervals (at least ``trigger``) of the queries it reads from catching up (``upstream``; the producer's last event
+    for the events topic's readers): its next batch starts within one interval and, a query keeping up, takes at most
+    one. Prints what was missed; returns each query's drain beyond its sources and the verdict."""
+    found, missed = {}, []
+    for key, value in figures.items():  # the verdict's yes/no figures: "<query>: kept up", "live JVM heap flat", ...
+        if value is False and key.endswith(("kept up", "flat")):
+            missed.append(f"not {key}")
+    for name, seconds in caught_up.items():
+        beyond = seconds - max((caught_up.get(u, seconds) for u in upstream.get(name, ())), default=0.0)
+        allowed = 2 * max(parse_duration(trigger), intervals_ms.get(name, 0) / 1000)
+        found[f"drain beyond its sources: {name} (s)"] = beyond
+        if beyond > allowed:
+            missed.append(f"{name} caught up {beyond:.0f} s after its sources (allowed {allowed:.0f} s)")
+    for key, value in figures.items():
+        if key.startswith("drain: ") and value is None:
+            missed.append(f"{key.removeprefix('drain: ').removesuffix(' (s)')} did not catch up")
+    found["held (issue 43's measure)"] = not missed
+    print(f"  held: {'yes' if not missed else 'no: ' + '; '.join(missed)}")
+    return found
 
 
 def cpu_line(cores: dict[str, float]) -> str:
@@ -376,16 +430,28 @@ def source_topics(settings) -> dict[str, str]:
 
 
 def drain(
-    queries, produced_of, trigger: str, readers: DeltaReaders, stopped: float, timeout_s: float = 600
+    queries,
+    produced_of,
+    trigger: str,
+    readers: DeltaReaders,
+    stopped: float,
+    timeout_s: float = 600,
+    upstream: dict[str, list[str]] | None = None,
 ) -> tuple[str, dict[str, float]]:
     """After the producer stops (``stopped``, on the monotonic clock): how long each query takes to process the whole
     of its topic (its final lag, in time). ``produced_of(name, tables)`` is the end of that query's source now (the
     alerts topic still grows until the alert query has caught up; ``tables``: a snapshot of the tables the Delta
     readers read, taken only while one of them is still behind: a snapshot under load takes seconds, which would be
-    counted as the other queries' drain). Returns the line to print and the seconds of each query that caught up."""
-    caught_up = {}
+    counted as the other queries' drain). A query is caught up only once the queries that write its source
+    (``upstream``, by name) are: until then its source still grows. Returns the line to print and the seconds of each
+    query that caught up."""
+    caught_up, upstream = {}, upstream or {}
     while len(caught_up) < len(queries) and time.monotonic() - stopped < timeout_s:
-        behind = [q for q in queries if q.name not in caught_up and q.lastProgress]
+        behind = [
+            q
+            for q in queries
+            if q.name not in caught_up and q.lastProgress and all(u in caught_up for u in upstream.get(q.name, ()))
+        ]
         tables = None
         for query in sorted(behind, key=lambda q: q.name in readers):  # a topic's readers first: they need no snapshot
             if query.name in readers:
@@ -404,6 +470,13 @@ def drain(
         f"  drain: every query processed all of its topic; caught up after the producer stopped: {times} "
         f"(trigger {trigger})"
     ), caught_up
+
+
+def codegen_compilations(jvm) -> int:
+    """How many classes Spark's code generation has compiled in this JVM so far (its generated code is cached by its
+    text: a plan whose literals change every micro-batch is compiled again every micro-batch, and its classes are
+    new to the JIT)."""
+    return int(jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount())
 
 
 def live_heap_mb(jvm, readings: int = 3) -> float:

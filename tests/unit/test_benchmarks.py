@@ -311,6 +311,51 @@ def test_a_query_may_fall_behind_by_its_own_trigger(soak):
     assert not soak.verdict(rows, [], 0.0, args, {"sampling": 10_000})["sampling: kept up"]
 
 
+def test_a_rate_is_held_when_each_query_catches_up_within_two_triggers_of_its_sources(soak):
+    """Issue 43's measure: a query downstream of another is judged from when its sources caught up (two of its own
+    triggers: its next batch, and that batch); a query that fell behind, or one that never caught up, is not held."""
+    figures = {"ingest: kept up": True, "stateful_rules: kept up": True, "live JVM heap flat": True}
+    upstream = {"ingest": [], "stateful_rules": ["ingest"], "alert_lifecycle": ["stateful_rules"]}
+    intervals = {"ingest": 10_000, "stateful_rules": 10_000, "alert_lifecycle": 10_000}
+    caught_up = {"ingest": 15.0, "stateful_rules": 34.0, "alert_lifecycle": 50.0}
+    found = soak.held(figures, caught_up, upstream, "10 seconds", intervals)
+    assert found["held (issue 43's measure)"]
+    assert found["drain beyond its sources: stateful_rules (s)"] == 19.0
+    assert found["drain beyond its sources: alert_lifecycle (s)"] == 16.0
+
+    slow = soak.held(figures, {**caught_up, "stateful_rules": 36.0}, upstream, "10 seconds", intervals)
+    assert not slow["held (issue 43's measure)"]  # 21 s after ingest: more than two 10-second triggers
+    behind = soak.held({**figures, "stateful_rules: kept up": False}, caught_up, upstream, "10 seconds", intervals)
+    assert not behind["held (issue 43's measure)"]
+    never = soak.held({**figures, "drain: alert_lifecycle (s)": None}, caught_up, upstream, "10 seconds", intervals)
+    assert not never["held (issue 43's measure)"]
+
+
+def test_the_drain_judges_a_query_only_once_the_queries_writing_its_source_have_caught_up(soak):
+    """A reader of the alerts topic that has read the topic's end while the stateful rules still write to it has not
+    caught up: its drain starts counting once they have."""
+    from types import SimpleNamespace
+
+    def query(name: str, done: int):
+        progress = {"sources": [{"description": "KafkaV2[Subscribe[t]]", "endOffset": {"t": {"0": done}}}]}
+        return SimpleNamespace(name=name, lastProgress=SimpleNamespace(json=json.dumps(progress)))
+
+    class NoDeltaReaders:
+        def __contains__(self, name):
+            return False
+
+    def drained(rules_done: int) -> dict[str, float]:
+        ends = {"stateful_rules": 10, "alert_lifecycle": 5}  # the lifecycle has read what the topic holds now
+        queries = [query("stateful_rules", rules_done), query("alert_lifecycle", 5)]
+        return soak.drain(
+            queries, lambda name, _: ends[name], "10 seconds", NoDeltaReaders(), time.monotonic(), timeout_s=0.6,
+            upstream={"alert_lifecycle": ["stateful_rules"]},
+        )[1]  # fmt: skip
+
+    assert drained(rules_done=4) == {}  # the rules still write its source: the lifecycle has not caught up
+    assert set(drained(rules_done=10)) == {"stateful_rules", "alert_lifecycle"}
+
+
 #: a parent that ignores SIGCHLD (as PySpark's worker daemon does) or waits for its child; the child burns CPU, then
 #: both wait for the test: "counted" once the child has burned, "gone" once it has exited and been reaped
 FORKING_PARENT = """
