@@ -60,7 +60,7 @@ from sensorcep.pipeline.ingest import wait_for_bronze
 from sensorcep.rules import catalog
 from sensorcep.rules.model import load_rules, packaged_examples, parse_rules
 from sensorcep.runtime import get_spark
-from sensorcep.settings import parse_duration
+from sensorcep.settings import parse_duration, parse_trigger
 
 #: the declared queries (the registry); without acks, every alert's incident escalates (the lifecycle's worst case)
 STARTERS = registry.registry()
@@ -367,23 +367,35 @@ def soak(args, settings) -> tuple[dict, list[dict]]:
     print(drained)
     figures.update({f"mean cpu: {group} (cores)": used for group, used in mean.items()})
     figures.update({f"drain: {q.name} (s)": caught_up.get(q.name) for q in queries})  # None: did not catch up
-    figures.update(held(figures, caught_up, upstream, args.trigger, registry.trigger_intervals(settings)))
+    figures.update(held(figures, caught_up, upstream, args.trigger, report_intervals(settings)))
     for query in queries:  # stopped between batches: nothing is cancelled mid-write
         query.stop()
     offsets.close()
     return figures, rows
 
 
-#: what each query reads, by the queries that write it: a query can catch up only after they have
+#: what each query reads, by the queries that write it: a query can catch up only after they have (bronze: ingest;
+#: the alerts topic: the alert query, the stateful rules and the group rules; ``alert_events``: the lifecycle)
 UPSTREAM = {
     "device_activity": ("ingest",),
     "sampling": ("ingest",),
     "stateful_rules": ("ingest",),
-    "anomalies": ("alerts", "stateful_rules"),
-    "alert_lifecycle": ("alerts", "stateful_rules"),
+    "anomalies": ("alerts", "stateful_rules", "group_rules"),
+    "alert_lifecycle": ("alerts", "stateful_rules", "group_rules"),
     "group_rules": ("alerts", "stateful_rules"),
-    "notifier": ("alert_lifecycle", "group_rules"),
+    "notifier": ("alert_lifecycle",),
 }
+
+
+def report_intervals(settings) -> dict[str, int]:
+    """Each query's interval between progress reports in ms: its trigger's, and for a real-time query its checkpoint
+    interval (it reports progress only then, so a drain can be seen no sooner)."""
+    intervals = registry.trigger_intervals(settings)
+    for name, query in STARTERS.items():
+        realtime = parse_trigger(query.trigger(settings)).get("realTime")
+        if realtime:
+            intervals[settings.query_name(name)] = int(parse_duration(realtime) * 1000)
+    return intervals
 
 
 def held(
@@ -443,14 +455,17 @@ def drain(
     alerts topic still grows until the alert query has caught up; ``tables``: a snapshot of the tables the Delta
     readers read, taken only while one of them is still behind: a snapshot under load takes seconds, which would be
     counted as the other queries' drain). A query is caught up only once the queries that write its source
-    (``upstream``, by name) are: until then its source still grows. Returns the line to print and the seconds of each
-    query that caught up."""
+    (``upstream``, by name) are, or have stopped: until then its source still grows. Returns the line to print and
+    the seconds of each query that caught up."""
     caught_up, upstream = {}, upstream or {}
     while len(caught_up) < len(queries) and time.monotonic() - stopped < timeout_s:
+        # a writer that stopped (failed) writes no more: its readers are judged without it, and it is reported missing
+        stopped_writers = {q.name for q in queries if not q.isActive}
+        done_writers = set(caught_up) | stopped_writers
         behind = [
             q
             for q in queries
-            if q.name not in caught_up and q.lastProgress and all(u in caught_up for u in upstream.get(q.name, ()))
+            if q.name not in caught_up and q.lastProgress and done_writers.issuperset(upstream.get(q.name, ()))
         ]
         tables = None
         for query in sorted(behind, key=lambda q: q.name in readers):  # a topic's readers first: they need no snapshot
