@@ -300,15 +300,19 @@ def test_a_delta_reader_has_read_the_versions_before_its_offset(soak):
     assert "notifier" in readers and "alerts" not in readers
 
 
-def test_a_query_may_fall_behind_by_its_own_trigger(soak):
-    """The verdict lets a query's lag grow by a quarter and by its own trigger interval: a table-only query at a
-    minute's trigger is up to a minute behind between batches; at ten seconds, the same growth is falling behind."""
+def test_a_query_may_fall_behind_by_two_of_its_own_triggers(soak):
+    """The verdict lets a query's lag grow by a quarter and by two of its own trigger intervals: a table-only query at
+    a minute's trigger is up to a minute behind between batches; at ten seconds, the same growth is falling behind."""
     from types import SimpleNamespace
 
     rows = [{"query": "sampling", "minute": m, "state_rows": 1, "lag_s": 5.0 if m <= 4 else 50.0} for m in range(1, 7)]
     args = SimpleNamespace(minutes=6, trigger="10 seconds")
     assert soak.verdict(rows, [], 0.0, args, {"sampling": 60_000})["sampling: kept up"]
     assert not soak.verdict(rows, [], 0.0, args, {"sampling": 10_000})["sampling: kept up"]
+    bursts = [{**r, "lag_s": 5.7 if r["minute"] <= 4 else 18.9} for r in rows]  # group_rules at 4,000 events/s (0074)
+    assert soak.verdict(bursts, [], 0.0, args, {"sampling": 10_000})["sampling: kept up"]
+    growing = [{**r, "lag_s": 28.0} if r["minute"] > 4 else r for r in bursts]  # beyond 1.25 x 5.7 s + 20 s
+    assert not soak.verdict(growing, [], 0.0, args, {})["sampling: kept up"]
 
 
 def test_a_rate_is_held_when_each_query_catches_up_within_two_triggers_of_its_sources(soak):
