@@ -301,7 +301,7 @@ def test_a_delta_reader_has_read_the_versions_before_its_offset(soak):
 
 
 def test_a_query_may_fall_behind_by_two_of_its_own_triggers(soak):
-    """The verdict lets a query's lowest lag grow by a quarter and by two of its own trigger intervals: a table-only
+    """The verdict lets a query's median lag grow by a quarter and by two of its own trigger intervals: a table-only
     query at a minute's trigger is up to a minute behind between batches, and a batch takes up to one more; at ten
     seconds, the same growth is falling behind."""
     from types import SimpleNamespace
